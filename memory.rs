@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The guest memory table: guest-physical to owner-virtual translation.
+//!
+//! This file uses only `core`, so the same code is compiled into the module
+//! and into the host test crate (`tests/host`), where `cargo test` checks it.
+//!
+//! Ranges are checked once when the table is set (`validate`), and every
+//! access is bounded again when it is translated (`translate`), including an
+//! access that crosses from one region into the next.
+
+/// One region, as userspace gave it, after validation.
+///
+/// # Invariants
+///
+/// `size > 0`, `gpa + size` and `uaddr + size` do not overflow, and all three
+/// values are multiples of [`REGION_ALIGN`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub(crate) gpa: u64,
+    pub(crate) size: u64,
+    pub(crate) uaddr: u64,
+}
+
+/// Regions must start and end on 4 KiB boundaries, as QEMU's RAM sections do.
+pub(crate) const REGION_ALIGN: u64 = 4096;
+
+/// Why a memory table or a translation was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemError {
+    /// More regions than the module parameter allows.
+    TooMany,
+    /// A region of size 0, or one whose end wraps around 2^64.
+    BadSize,
+    /// A region not aligned to [`REGION_ALIGN`].
+    Unaligned,
+    /// A user address range above the user address-space limit.
+    BadUserAddr,
+    /// Two regions overlap in guest-physical space.
+    Overlap,
+    /// A translated range is not fully covered by regions.
+    NotMapped,
+}
+
+impl Region {
+    /// Checks one region as userspace gave it. `user_limit` is the first
+    /// address past the user address space (`TASK_SIZE_MAX`).
+    pub(crate) fn new(gpa: u64, size: u64, uaddr: u64, user_limit: u64) -> Result<Self, MemError> {
+        if size == 0 {
+            return Err(MemError::BadSize);
+        }
+        gpa.checked_add(size).ok_or(MemError::BadSize)?;
+        let uend = uaddr.checked_add(size).ok_or(MemError::BadSize)?;
+        if gpa % REGION_ALIGN != 0 || size % REGION_ALIGN != 0 || uaddr % REGION_ALIGN != 0 {
+            return Err(MemError::Unaligned);
+        }
+        if uend > user_limit {
+            return Err(MemError::BadUserAddr);
+        }
+        // INVARIANT: checked above.
+        Ok(Region { gpa, size, uaddr })
+    }
+
+    fn end(&self) -> u64 {
+        // Cannot overflow by the type invariant.
+        self.gpa + self.size
+    }
+}
+
+/// Sorts `regions` by guest-physical address and rejects overlaps.
+pub(crate) fn validate(regions: &mut [Region], max: usize) -> Result<(), MemError> {
+    if regions.len() > max {
+        return Err(MemError::TooMany);
+    }
+    regions.sort_unstable_by_key(|r| r.gpa);
+    for w in regions.windows(2) {
+        if w[0].end() > w[1].gpa {
+            return Err(MemError::Overlap);
+        }
+    }
+    Ok(())
+}
+
+/// Finds the region containing `gpa` in a table sorted by [`validate`].
+fn find(regions: &[Region], gpa: u64) -> Option<&Region> {
+    let i = regions.partition_point(|r| r.gpa <= gpa);
+    let r = regions.get(i.checked_sub(1)?)?;
+    (gpa < r.end()).then_some(r)
+}
+
+/// One contiguous piece of a translated guest range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub(crate) uaddr: u64,
+    pub(crate) len: u64,
+}
+
+/// Translates the guest range `[gpa, gpa + len)` into owner-virtual
+/// segments, calling `f` for each in order. A range that crosses regions is
+/// split at each region boundary; a range with any hole is refused before
+/// `f` is called at all, so callers never act on half a translation.
+pub(crate) fn translate(
+    regions: &[Region],
+    gpa: u64,
+    len: u64,
+    mut f: impl FnMut(Segment) -> Result<(), MemError>,
+) -> Result<(), MemError> {
+    gpa.checked_add(len).ok_or(MemError::NotMapped)?;
+    // First pass: check coverage.
+    for_each_piece(regions, gpa, len, |_| Ok(()))?;
+    for_each_piece(regions, gpa, len, &mut f)
+}
+
+fn for_each_piece(
+    regions: &[Region],
+    mut gpa: u64,
+    mut len: u64,
+    mut f: impl FnMut(Segment) -> Result<(), MemError>,
+) -> Result<(), MemError> {
+    while len > 0 {
+        let r = find(regions, gpa).ok_or(MemError::NotMapped)?;
+        let off = gpa - r.gpa;
+        let n = core::cmp::min(len, r.size - off);
+        f(Segment { uaddr: r.uaddr + off, len: n })?;
+        gpa += n;
+        len -= n;
+    }
+    Ok(())
+}

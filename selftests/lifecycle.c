@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * lifecycle: open/configure/close cycles must not leak kernel memory.
+ *
+ * Slab usage (sum of active objects times object size over /proc/slabinfo)
+ * is sampled before and after the cycles. Per-CPU caches make the figure
+ * noisy, so the cycle is repeated up to three times and the smallest growth
+ * counts: a real leak grows every time, noise does not.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include <linux/vhost.h>
+
+#include "kselftest_harness.h"
+
+static long long slab_bytes(void)
+{
+	FILE *f = fopen("/proc/slabinfo", "r");
+	char line[512], name[128];
+	long long total = 0, active, num, size;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%127s %lld %lld %lld", name, &active, &num, &size) == 4)
+			total += active * size;
+	}
+	fclose(f);
+	return total;
+}
+
+static void drop_caches(void)
+{
+	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+
+	if (fd >= 0) {
+		if (write(fd, "3", 1) < 0)
+			;
+		close(fd);
+	}
+	usleep(100 * 1000);
+}
+
+static int cycle(const char *dev, int n, int configure)
+{
+	struct { struct vhost_memory h; struct vhost_memory_region r[4]; } m = { 0 };
+	struct vhost_vring_state s = { .index = 0, .num = 256 };
+	int i, k;
+
+	for (k = 0; k < 4; k++)
+		m.r[k] = (struct vhost_memory_region){ k * 0x100000ULL, 0x100000, 0x10000000ULL + k * 0x100000ULL, 0 };
+	m.h.nregions = 4;
+	for (i = 0; i < n; i++) {
+		int fd = open(dev, O_RDWR);
+
+		if (fd < 0)
+			return -errno;
+		if (configure &&
+		    (ioctl(fd, VHOST_SET_OWNER) || ioctl(fd, VHOST_SET_MEM_TABLE, &m) ||
+		     ioctl(fd, VHOST_SET_VRING_NUM, &s))) {
+			int e = -errno;
+
+			close(fd);
+			return e;
+		}
+		close(fd);
+	}
+	return 0;
+}
+
+static void run_cycles(struct __test_metadata *_metadata, int configure)
+{
+	const char *dev = getenv("VNR_DEV") ? getenv("VNR_DEV") : "/dev/vhost-net-rs";
+	/* A leak of even one 64-byte object per cycle is 64 KB over 1000. */
+	const long long limit = 48 * 1024;
+	long long best = -1, before, after, growth;
+	int attempt;
+
+	ASSERT_EQ(0, cycle(dev, 200, configure));	/* warm up caches */
+	for (attempt = 0; attempt < 3; attempt++) {
+		drop_caches();
+		before = slab_bytes();
+		ASSERT_LT(0, before) TH_LOG("cannot read /proc/slabinfo");
+		ASSERT_EQ(0, cycle(dev, 1000, configure));
+		drop_caches();
+		after = slab_bytes();
+		growth = after - before;
+		TH_LOG("attempt %d: slab %lld -> %lld bytes (%+lld)", attempt, before, after, growth);
+		if (best < 0 || growth < best)
+			best = growth;
+		if (best <= limit)
+			break;
+	}
+	EXPECT_LE(best, limit);
+}
+
+TEST(open_close_1000_no_leak)
+{
+	run_cycles(_metadata, 0);
+}
+
+TEST(open_configure_close_1000_no_leak)
+{
+	run_cycles(_metadata, 1);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vhost_abi: the control-plane ABI of /dev/vhost-net-rs.
+ *
+ * Each case checks one rule of the in-tree vhost-net ioctl behaviour:
+ * unknown commands, ownership, features, ring sizes and the memory table.
+ * Set VNR_DEV to run the same cases against another device node.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/vhost.h>
+
+#include "kselftest_harness.h"
+
+#define VIRTIO_NET_F_MRG_RXBUF		15
+#define VIRTIO_F_NOTIFY_ON_EMPTY	24
+#define VIRTIO_F_ANY_LAYOUT		27
+#define VIRTIO_RING_F_INDIRECT_DESC	28
+#define VIRTIO_RING_F_EVENT_IDX		29
+#define VIRTIO_F_VERSION_1		32
+#define VIRTIO_F_ACCESS_PLATFORM	33
+
+static const char *dev_path(void)
+{
+	const char *p = getenv("VNR_DEV");
+
+	return p ? p : "/dev/vhost-net-rs";
+}
+
+static int open_dev(struct __test_metadata *_metadata)
+{
+	int fd = open(dev_path(), O_RDWR);
+
+	ASSERT_LE(0, fd) TH_LOG("open %s: %s", dev_path(), strerror(errno));
+	return fd;
+}
+
+/* ioctl() returning -errno, or the non-negative result. */
+static int xioctl(int fd, unsigned long cmd, void *arg)
+{
+	int r = ioctl(fd, cmd, arg);
+
+	return r < 0 ? -errno : r;
+}
+
+TEST(unknown_ioctl_is_enotty)
+{
+	int fd = open_dev(_metadata);
+	char buf[64] = { 0 };
+
+	EXPECT_EQ(-ENOTTY, xioctl(fd, _IO(VHOST_VIRTIO, 0x7f), buf));
+	EXPECT_EQ(-ENOTTY, xioctl(fd, 0x5401 /* TCGETS */, buf));
+	EXPECT_EQ(-ENOTTY, xioctl(fd, _IOW('x', 1, int), buf));
+	/* A known number with the wrong size bits is a different command. */
+	EXPECT_EQ(-ENOTTY, xioctl(fd, _IOW(VHOST_VIRTIO, 0x10, __u64), buf));
+	close(fd);
+}
+
+TEST(ioctls_before_set_owner_are_eperm)
+{
+	int fd = open_dev(_metadata);
+	struct vhost_vring_state s = { .index = 0, .num = 256 };
+	struct vhost_vring_file f = { .index = 0, .fd = -1 };
+	struct vhost_vring_addr a = { 0 };
+	struct { struct vhost_memory h; struct vhost_memory_region r[1]; } m = { 0 };
+	__u64 u = 0;
+
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_MEM_TABLE, &m));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_VRING_NUM, &s));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_VRING_BASE, &s));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_GET_VRING_BASE, &s));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_VRING_KICK, &f));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_VRING_CALL, &f));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_VRING_ERR, &f));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_NET_SET_BACKEND, &f));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_SET_LOG_BASE, &u));
+	EXPECT_EQ(-EPERM, xioctl(fd, VHOST_RESET_OWNER, NULL));
+	/* Feature queries need no owner, as in the C driver. */
+	EXPECT_EQ(0, xioctl(fd, VHOST_GET_FEATURES, &u));
+	close(fd);
+}
+
+TEST(second_set_owner_is_ebusy)
+{
+	int fd = open_dev(_metadata);
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(-EBUSY, xioctl(fd, VHOST_SET_OWNER, NULL));
+	/* RESET_OWNER by the owner makes the device ownable again. */
+	EXPECT_EQ(0, xioctl(fd, VHOST_RESET_OWNER, NULL));
+	EXPECT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	close(fd);
+}
+
+TEST(non_owner_process_is_eperm)
+{
+	int fd = open_dev(_metadata);
+	struct vhost_vring_state s = { .index = 0, .num = 256 };
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		/* A forked child has its own mm: it is not the owner. */
+		int ok = xioctl(fd, VHOST_SET_VRING_NUM, &s) == -EPERM &&
+			 xioctl(fd, VHOST_RESET_OWNER, NULL) == -EPERM &&
+			 xioctl(fd, VHOST_SET_OWNER, NULL) == -EBUSY;
+		_exit(ok ? 0 : 1);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* The owner itself is still accepted. */
+	EXPECT_EQ(0, xioctl(fd, VHOST_SET_VRING_NUM, &s));
+	close(fd);
+}
+
+TEST(features_offered_and_checked)
+{
+	int fd = open_dev(_metadata);
+	__u64 want = (1ULL << VHOST_NET_F_VIRTIO_NET_HDR) | (1ULL << VIRTIO_NET_F_MRG_RXBUF) |
+		     (1ULL << VIRTIO_RING_F_INDIRECT_DESC) | (1ULL << VIRTIO_RING_F_EVENT_IDX) |
+		     (1ULL << VIRTIO_F_NOTIFY_ON_EMPTY) | (1ULL << VIRTIO_F_ANY_LAYOUT) |
+		     (1ULL << VIRTIO_F_VERSION_1);
+	__u64 f = 0, bad;
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_GET_FEATURES, &f));
+	EXPECT_EQ(want, f);
+	EXPECT_EQ(0, f & (1ULL << VHOST_F_LOG_ALL));
+	EXPECT_EQ(0, f & (1ULL << VIRTIO_F_ACCESS_PLATFORM));
+	EXPECT_EQ(0, xioctl(fd, VHOST_SET_FEATURES, &f));
+	bad = f | (1ULL << VHOST_F_LOG_ALL);
+	EXPECT_EQ(-EOPNOTSUPP, xioctl(fd, VHOST_SET_FEATURES, &bad));
+	bad = 1ULL << 63;
+	EXPECT_EQ(-EOPNOTSUPP, xioctl(fd, VHOST_SET_FEATURES, &bad));
+
+	f = 0x5a5a;
+	ASSERT_EQ(0, xioctl(fd, VHOST_GET_BACKEND_FEATURES, &f));
+	EXPECT_EQ(0, f);
+	close(fd);
+}
+
+TEST(features_array)
+{
+	int fd = open_dev(_metadata);
+	__u64 buf[5] = { 4, ~0ULL, ~0ULL, ~0ULL, ~0ULL };
+	__u64 f;
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_GET_FEATURES, &f));
+	ASSERT_EQ(0, xioctl(fd, VHOST_GET_FEATURES_ARRAY, buf));
+	EXPECT_EQ(f, buf[1]);
+	/* Words past what the driver knows are zeroed, not left as they were. */
+	EXPECT_EQ(0, buf[2]);
+	EXPECT_EQ(0, buf[3]);
+	EXPECT_EQ(0, buf[4]);
+	buf[0] = 3; buf[1] = f; buf[2] = 0; buf[3] = 1;
+	EXPECT_EQ(-EOPNOTSUPP, xioctl(fd, VHOST_SET_FEATURES_ARRAY, buf));
+	buf[3] = 0;
+	EXPECT_EQ(0, xioctl(fd, VHOST_SET_FEATURES_ARRAY, buf));
+	close(fd);
+}
+
+TEST(vring_index_out_of_range_is_enobufs)
+{
+	int fd = open_dev(_metadata);
+	struct vhost_vring_state s = { .index = 2, .num = 256 };
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(-ENOBUFS, xioctl(fd, VHOST_SET_VRING_NUM, &s));
+	s.index = 0xffffffff;
+	EXPECT_EQ(-ENOBUFS, xioctl(fd, VHOST_GET_VRING_BASE, &s));
+	close(fd);
+}
+
+TEST(vring_sizes)
+{
+	int fd = open_dev(_metadata);
+	struct vhost_vring_state s = { 0 };
+	unsigned int bad[] = { 0, 3, 6, 1000, 32767, 65535, 65536, 1u << 31 };
+	unsigned int n;
+	size_t i;
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	for (n = 1; n <= 32768; n <<= 1) {
+		s.index = n & 1;
+		s.num = n;
+		EXPECT_EQ(0, xioctl(fd, VHOST_SET_VRING_NUM, &s)) TH_LOG("num=%u", n);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		s.num = bad[i];
+		EXPECT_EQ(-EINVAL, xioctl(fd, VHOST_SET_VRING_NUM, &s)) TH_LOG("num=%u", bad[i]);
+	}
+	close(fd);
+}
+
+TEST(vring_base_roundtrip)
+{
+	int fd = open_dev(_metadata);
+	struct vhost_vring_state s = { .index = 1, .num = 65535 };
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_VRING_BASE, &s));
+	s.num = 0;
+	ASSERT_EQ(0, xioctl(fd, VHOST_GET_VRING_BASE, &s));
+	EXPECT_EQ(1, s.index);
+	EXPECT_EQ(65535, s.num);
+	s.num = 65536;
+	EXPECT_EQ(-EINVAL, xioctl(fd, VHOST_SET_VRING_BASE, &s));
+	close(fd);
+}
+
+TEST(vring_addr_checks)
+{
+	int fd = open_dev(_metadata);
+	struct vhost_vring_addr a = {
+		.index = 0, .desc_user_addr = 0x10000, .avail_user_addr = 0x20000,
+		.used_user_addr = 0x30000,
+	};
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(0, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
+	a.flags = 2;
+	EXPECT_EQ(-EOPNOTSUPP, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
+	a.flags = 0;
+	a.used_user_addr = 0x30002;	/* used ring must be 4-byte aligned */
+	EXPECT_EQ(-EINVAL, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
+	a.used_user_addr = 0x30000;
+	a.avail_user_addr = 0x20001;	/* avail ring must be 2-byte aligned */
+	EXPECT_EQ(-EINVAL, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
+	close(fd);
+}
+
+struct memtab {
+	struct vhost_memory h;
+	struct vhost_memory_region r[80];
+};
+
+static int set_mem(int fd, struct memtab *m, unsigned int n)
+{
+	m->h.nregions = n;
+	return xioctl(fd, VHOST_SET_MEM_TABLE, m);
+}
+
+TEST(mem_table_rules)
+{
+	int fd = open_dev(_metadata);
+	struct memtab *m = calloc(1, sizeof(*m));
+	unsigned int i;
+
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	/* Two ordinary regions, given out of order. */
+	m->r[0] = (struct vhost_memory_region){ 0x100000, 0x100000, 0x7f0000000000ULL, 0 };
+	m->r[1] = (struct vhost_memory_region){ 0x0, 0x80000, 0x7f1000000000ULL, 0 };
+	EXPECT_EQ(0, set_mem(fd, m, 2));
+	EXPECT_EQ(0, set_mem(fd, m, 0));
+	/* Overlapping guest ranges. */
+	m->r[1].memory_size = 0x100001000ULL;
+	EXPECT_EQ(-EINVAL, set_mem(fd, m, 2));
+	m->r[1].memory_size = 0x101000;
+	EXPECT_EQ(-EINVAL, set_mem(fd, m, 2));
+	m->r[1].memory_size = 0x80000;
+	/* Wrapping around 2^64. */
+	m->r[1].guest_phys_addr = 0xfffffffffffff000ULL;
+	m->r[1].memory_size = 0x2000;
+	EXPECT_EQ(-EINVAL, set_mem(fd, m, 2));
+	/* Zero size. */
+	m->r[1].guest_phys_addr = 0x400000;
+	m->r[1].memory_size = 0;
+	EXPECT_EQ(-EINVAL, set_mem(fd, m, 2));
+	/* Unaligned. */
+	m->r[1].memory_size = 0x1800;
+	EXPECT_EQ(-EINVAL, set_mem(fd, m, 2));
+	m->r[1].memory_size = 0x1000;
+	m->r[1].userspace_addr += 8;
+	EXPECT_EQ(-EINVAL, set_mem(fd, m, 2));
+	/* Kernel addresses. */
+	m->r[1].userspace_addr = 0xffff888000000000ULL;
+	EXPECT_EQ(-EFAULT, set_mem(fd, m, 2));
+	/* Non-zero padding is an unknown extension. */
+	m->h.padding = 1;
+	EXPECT_EQ(-EOPNOTSUPP, set_mem(fd, m, 0));
+	m->h.padding = 0;
+	/* More regions than max_mem_regions (default 64). */
+	for (i = 0; i < 65; i++)
+		m->r[i] = (struct vhost_memory_region){ i * 0x1000ULL, 0x1000, 0x10000000ULL + i * 0x1000ULL, 0 };
+	EXPECT_EQ(0, set_mem(fd, m, 64));
+	EXPECT_EQ(-E2BIG, set_mem(fd, m, 65));
+	/* A bad user pointer. */
+	EXPECT_EQ(-EFAULT, xioctl(fd, VHOST_SET_MEM_TABLE, (void *)8));
+	free(m);
+	close(fd);
+}
+
+TEST(fdinfo_shows_state)
+{
+	int fd = open_dev(_metadata);
+	char path[64], buf[4096];
+	ssize_t n;
+	int ifd;
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	ifd = open(path, O_RDONLY);
+	ASSERT_LE(0, ifd);
+	n = read(ifd, buf, sizeof(buf) - 1);
+	ASSERT_LT(0, n);
+	buf[n] = 0;
+	EXPECT_NE(NULL, strstr(buf, "vhost-net-rs-owner:\t1")) TH_LOG("%s", buf);
+	EXPECT_NE(NULL, strstr(buf, "vq1:")) TH_LOG("%s", buf);
+	close(ifd);
+	close(fd);
+}
+
+TEST_HARNESS_MAIN
