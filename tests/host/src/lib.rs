@@ -1,9 +1,16 @@
-//! Compiles the module's `core`-only parsing code for the host, so that
-//! `cargo test` (and later cargo-fuzz) can exercise it without a kernel.
+//! Compiles the module's `core`-only guest-input parsers (memory table and
+//! split ring) for the host, so that `cargo test` and cargo-fuzz can
+//! exercise them without a kernel.
 #![allow(dead_code)]
 
 #[path = "../../../memory.rs"]
 pub mod memory;
+#[path = "../../../vring.rs"]
+pub mod vring;
+
+pub mod testmem;
 
 #[cfg(test)]
 mod memory_tests;
+#[cfg(test)]
+mod vring_tests;

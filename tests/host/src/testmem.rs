@@ -1,0 +1,70 @@
+//! A `GuestMemory` over a plain buffer, for tests and fuzzing.
+use crate::vring::{GuestMemory, VringError};
+use std::cell::RefCell;
+
+/// Owner memory `[base, base + len)`, zero-filled.
+pub struct TestMem {
+    pub base: u64,
+    pub buf: RefCell<Vec<u8>>,
+}
+
+impl TestMem {
+    pub fn new(base: u64, len: usize) -> Self {
+        TestMem { base, buf: RefCell::new(vec![0; len]) }
+    }
+    fn range(&self, addr: u64, len: usize) -> Result<std::ops::Range<usize>, VringError> {
+        let off = addr.checked_sub(self.base).ok_or(VringError::Fault)? as usize;
+        let end = off.checked_add(len).ok_or(VringError::Fault)?;
+        if end > self.buf.borrow().len() {
+            return Err(VringError::Fault);
+        }
+        Ok(off..end)
+    }
+    pub fn put(&self, addr: u64, data: &[u8]) {
+        let r = self.range(addr, data.len()).unwrap();
+        self.buf.borrow_mut()[r].copy_from_slice(data);
+    }
+    pub fn get(&self, addr: u64, len: usize) -> Vec<u8> {
+        let r = self.range(addr, len).unwrap();
+        self.buf.borrow()[r].to_vec()
+    }
+    pub fn put_u16(&self, addr: u64, v: u16) {
+        self.put(addr, &v.to_le_bytes());
+    }
+    pub fn get_u16(&self, addr: u64) -> u16 {
+        let b = self.get(addr, 2);
+        u16::from_le_bytes([b[0], b[1]])
+    }
+}
+
+impl GuestMemory for TestMem {
+    fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
+        if addr % 2 != 0 {
+            return Err(VringError::Fault);
+        }
+        let r = self.range(addr, 2)?;
+        let b = &self.buf.borrow()[r];
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
+        if addr % 2 != 0 {
+            return Err(VringError::Fault);
+        }
+        let r = self.range(addr, 2)?;
+        self.buf.borrow_mut()[r].copy_from_slice(&val.to_le_bytes());
+        Ok(())
+    }
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), VringError> {
+        let r = self.range(addr, out.len())?;
+        out.copy_from_slice(&self.buf.borrow()[r]);
+        Ok(())
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), VringError> {
+        let r = self.range(addr, data.len())?;
+        self.buf.borrow_mut()[r].copy_from_slice(data);
+        Ok(())
+    }
+    fn mb(&self) {}
+    fn rmb(&self) {}
+    fn wmb(&self) {}
+}

@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The split virtqueue (virtio 1.x, section 2.7), seen from the device side.
+//!
+//! Everything here reads memory that the guest writes, so nothing read is
+//! trusted: every index is bounded by the ring size, every chain is bounded
+//! in length, every address goes through the memory table, and every sum is
+//! checked. A malformed ring yields a [`VringError`]; the caller signals the
+//! vq's error eventfd and stops processing that ring.
+//!
+//! This file uses only `core`. Guest memory is reached through the
+//! [`GuestMemory`] trait, implemented over the owner's address space in the
+//! module (`uaccess.rs`) and over a plain buffer in the host tests, so the
+//! same parser runs under `cargo test` and cargo-fuzz.
+//!
+//! Ring indices and flags are read and written with single-copy-atomic
+//! 16-bit accesses ([`GuestMemory::read_u16`]/[`GuestMemory::write_u16`]),
+//! ordered by the barriers the virtio spec requires.
+
+use crate::memory::{self, MemError, Region};
+
+/// `VRING_DESC_F_NEXT`.
+pub(crate) const DESC_F_NEXT: u16 = 1;
+/// `VRING_DESC_F_WRITE`: the device writes this buffer.
+pub(crate) const DESC_F_WRITE: u16 = 2;
+/// `VRING_DESC_F_INDIRECT`: the buffer holds a table of descriptors.
+pub(crate) const DESC_F_INDIRECT: u16 = 4;
+/// `VRING_USED_F_NO_NOTIFY`: the device asks not to be kicked.
+pub(crate) const USED_F_NO_NOTIFY: u16 = 1;
+/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be interrupted.
+pub(crate) const AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// Size of one descriptor in the table.
+pub(crate) const DESC_SIZE: u64 = 16;
+/// Size of one used-ring element.
+const USED_ELEM_SIZE: u64 = 8;
+
+/// Most segments one chain may have once translated (`UIO_MAXIOV`).
+pub(crate) const MAX_SEGMENTS: usize = 1024;
+
+/// Largest total length of one chain. Packets are at most 64 KiB plus a
+/// header, so 4 GiB leaves no room for a 32-bit wrap anywhere downstream.
+const MAX_CHAIN_LEN: u64 = u32::MAX as u64;
+
+/// Why a ring was found malformed (or could not be accessed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VringError {
+    /// An access to the owner's memory faulted.
+    Fault,
+    /// `avail->idx` moved more than `num` entries past `last_avail_idx`.
+    AvailJump,
+    /// A head index from the avail ring is `>= num`.
+    BadHead,
+    /// A `next` index is `>= num` (or past the end of an indirect table).
+    BadNext,
+    /// A chain longer than its table: a descriptor loop.
+    Loop,
+    /// An indirect descriptor inside an indirect table.
+    NestedIndirect,
+    /// An indirect table whose length is 0 or not a multiple of 16, or that
+    /// is larger than the ring allows.
+    BadIndirectLen,
+    /// An indirect descriptor without `VIRTIO_RING_F_INDIRECT_DESC`, or with
+    /// `NEXT` also set.
+    IndirectNotAllowed,
+    /// A device-readable descriptor after a device-writable one.
+    OutAfterIn,
+    /// The total length of a chain overflows.
+    LenOverflow,
+    /// A buffer address not covered by the memory table.
+    NotMapped,
+    /// A chain that translates into more than [`MAX_SEGMENTS`] pieces.
+    TooManySegments,
+    /// A chain with the wrong kind of buffers for this queue (a TX chain
+    /// with writable buffers).
+    WrongDirection,
+}
+
+impl From<MemError> for VringError {
+    fn from(_: MemError) -> Self {
+        VringError::NotMapped
+    }
+}
+
+/// Access to the memory of the process that owns the rings.
+///
+/// Addresses are the owner's virtual addresses. Implementations check them
+/// (the module through the uaccess helpers, which refuse kernel addresses).
+pub(crate) trait GuestMemory {
+    /// One single-copy-atomic 16-bit load.
+    fn read_u16(&self, addr: u64) -> Result<u16, VringError>;
+    /// One single-copy-atomic 16-bit store.
+    fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError>;
+    /// Copies `buf.len()` bytes from `addr`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError>;
+    /// Copies `buf` to `addr`.
+    fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError>;
+    /// Full barrier (`smp_mb`).
+    fn mb(&self);
+    /// Read barrier (`smp_rmb`).
+    fn rmb(&self);
+    /// Write barrier (`smp_wmb`).
+    fn wmb(&self);
+}
+
+/// One descriptor as the guest wrote it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Desc {
+    pub(crate) addr: u64,
+    pub(crate) len: u32,
+    pub(crate) flags: u16,
+    pub(crate) next: u16,
+}
+
+impl Desc {
+    fn parse(b: &[u8; 16]) -> Self {
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        Desc {
+            addr: u64_at(0),
+            len: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+            flags: u16::from_le_bytes([b[12], b[13]]),
+            next: u16::from_le_bytes([b[14], b[15]]),
+        }
+    }
+}
+
+/// One translated piece of a chain, in the owner's address space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Iov {
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+}
+
+/// A chain taken from the avail ring.
+///
+/// `iov[..out]` are the device-readable segments and `iov[out..out + inn]` the
+/// device-writable ones, in chain order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Chain {
+    pub(crate) head: u16,
+    pub(crate) out: usize,
+    pub(crate) inn: usize,
+    pub(crate) out_len: u64,
+    pub(crate) in_len: u64,
+}
+
+/// Negotiated features that change how the ring is parsed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RingFeatures {
+    pub(crate) event_idx: bool,
+    pub(crate) indirect: bool,
+    pub(crate) notify_on_empty: bool,
+}
+
+/// The device side of one split virtqueue.
+///
+/// # Invariants
+///
+/// `num` is a power of two in `1..=32768`; `desc`, `avail` and `used` are the
+/// owner-virtual addresses of the three ring parts, aligned as the spec
+/// requires (checked by `VHOST_SET_VRING_ADDR`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Vring {
+    pub(crate) num: u16,
+    /// `num == 32768` does not fit in `u16` alongside smaller sizes' masks,
+    /// so the mask is kept separately.
+    mask: u16,
+    pub(crate) desc: u64,
+    pub(crate) avail: u64,
+    pub(crate) used: u64,
+    pub(crate) features: RingFeatures,
+    /// Next avail entry the device will take.
+    pub(crate) last_avail_idx: u16,
+    /// The last `avail->idx` read from the guest.
+    avail_idx: u16,
+    /// Next used entry the device will fill.
+    pub(crate) last_used_idx: u16,
+    /// `used->idx` when the guest was last signalled (event-idx).
+    signalled_used: u16,
+    signalled_used_valid: bool,
+}
+
+impl Vring {
+    /// A ring of `num` entries (a power of two up to 32768) at the given
+    /// owner-virtual addresses, resuming at `base`.
+    pub(crate) fn new(
+        num: u32,
+        desc: u64,
+        avail: u64,
+        used: u64,
+        base: u16,
+        features: RingFeatures,
+    ) -> Option<Self> {
+        if num == 0 || num > 32768 || !num.is_power_of_two() {
+            return None;
+        }
+        let mask = (num - 1) as u16;
+        Some(Vring {
+            // 32768 fits in u16.
+            num: num as u16,
+            mask,
+            desc,
+            avail,
+            used,
+            features,
+            last_avail_idx: base,
+            avail_idx: base,
+            last_used_idx: base,
+            signalled_used: 0,
+            signalled_used_valid: false,
+        })
+    }
+
+    fn num64(&self) -> u64 {
+        u64::from(self.mask) + 1
+    }
+
+    /// Byte sizes of the three parts, for access checks at setup.
+    pub(crate) fn sizes(num: u32, event_idx: bool) -> (u64, u64, u64) {
+        let n = u64::from(num);
+        let ev = if event_idx { 2 } else { 0 };
+        (DESC_SIZE * n, 4 + 2 * n + ev, 4 + USED_ELEM_SIZE * n + ev)
+    }
+
+    fn avail_flags_addr(&self) -> u64 {
+        self.avail
+    }
+    fn avail_idx_addr(&self) -> u64 {
+        self.avail + 2
+    }
+    fn avail_ring_addr(&self, i: u16) -> u64 {
+        self.avail + 4 + 2 * u64::from(i & self.mask)
+    }
+    fn used_event_addr(&self) -> u64 {
+        self.avail + 4 + 2 * self.num64()
+    }
+    fn used_flags_addr(&self) -> u64 {
+        self.used
+    }
+    fn used_idx_addr(&self) -> u64 {
+        self.used + 2
+    }
+    fn used_elem_addr(&self, i: u16) -> u64 {
+        self.used + 4 + USED_ELEM_SIZE * u64::from(i & self.mask)
+    }
+    fn avail_event_addr(&self) -> u64 {
+        self.used + 4 + USED_ELEM_SIZE * self.num64()
+    }
+
+    /// Reads `avail->idx` and checks it. Returns how many entries are
+    /// available. A jump of more than `num` is a malformed ring.
+    pub(crate) fn refresh_avail<M: GuestMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+        let idx = mem.read_u16(self.avail_idx_addr())?;
+        let pending = idx.wrapping_sub(self.last_avail_idx);
+        if u64::from(pending) > self.num64() {
+            return Err(VringError::AvailJump);
+        }
+        self.avail_idx = idx;
+        Ok(pending)
+    }
+
+    /// Whether the guest has made buffers available that were not taken yet,
+    /// re-reading `avail->idx` if the cached value says none.
+    pub(crate) fn has_avail<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+        if self.avail_idx != self.last_avail_idx {
+            return Ok(true);
+        }
+        Ok(self.refresh_avail(mem)? != 0)
+    }
+
+    /// Takes the next available chain, translating its buffers through
+    /// `regions` into `iov`. Returns `Ok(None)` when the ring is empty.
+    ///
+    /// On error nothing is consumed: `last_avail_idx` is unchanged.
+    pub(crate) fn pop<M: GuestMemory>(
+        &mut self,
+        mem: &M,
+        regions: &[Region],
+        iov: &mut [Iov],
+    ) -> Result<Option<Chain>, VringError> {
+        if self.avail_idx == self.last_avail_idx {
+            if self.refresh_avail(mem)? == 0 {
+                return Ok(None);
+            }
+        }
+        // Read the ring entry only after seeing the index that covers it.
+        mem.rmb();
+        let head = mem.read_u16(self.avail_ring_addr(self.last_avail_idx))?;
+        if head > self.mask {
+            return Err(VringError::BadHead);
+        }
+        let chain = self.walk(mem, regions, head, iov)?;
+        self.last_avail_idx = self.last_avail_idx.wrapping_add(1);
+        Ok(Some(chain))
+    }
+
+    /// Puts the last popped chain back (for example when the backend could
+    /// not take the packet yet).
+    pub(crate) fn unpop(&mut self, n: u16) {
+        self.last_avail_idx = self.last_avail_idx.wrapping_sub(n);
+    }
+
+    fn read_desc<M: GuestMemory>(&self, mem: &M, addr: u64) -> Result<Desc, VringError> {
+        let mut b = [0u8; 16];
+        mem.read(addr, &mut b)?;
+        Ok(Desc::parse(&b))
+    }
+
+    /// Reads descriptor `i` of an indirect table at guest-physical `gpa`,
+    /// which may cross memory regions.
+    fn read_indirect_desc<M: GuestMemory>(
+        mem: &M,
+        regions: &[Region],
+        gpa: u64,
+        i: u64,
+    ) -> Result<Desc, VringError> {
+        let at = gpa.checked_add(i * DESC_SIZE).ok_or(VringError::NotMapped)?;
+        let mut b = [0u8; 16];
+        let mut off = 0usize;
+        memory::translate(regions, at, DESC_SIZE, |seg| {
+            // seg.len <= 16 - off by construction of translate.
+            let n = seg.len as usize;
+            mem.read(seg.uaddr, &mut b[off..off + n]).map_err(|_| MemError::NotMapped)?;
+            off += n;
+            Ok(())
+        })?;
+        Ok(Desc::parse(&b))
+    }
+
+    /// Walks the chain starting at `head`, following `next` links and at most
+    /// one level of indirection.
+    fn walk<M: GuestMemory>(
+        &self,
+        mem: &M,
+        regions: &[Region],
+        head: u16,
+        iov: &mut [Iov],
+    ) -> Result<Chain, VringError> {
+        let mut chain = Chain { head, ..Chain::default() };
+        let mut total: u64 = 0;
+        let mut seen_in = false;
+        let mut nseg = 0usize;
+
+        let mut push = |d: &Desc, chain: &mut Chain, seen_in: &mut bool| -> Result<(), VringError> {
+            let writable = d.flags & DESC_F_WRITE != 0;
+            if writable {
+                *seen_in = true;
+            } else if *seen_in {
+                return Err(VringError::OutAfterIn);
+            }
+            total = total.checked_add(u64::from(d.len)).ok_or(VringError::LenOverflow)?;
+            if total > MAX_CHAIN_LEN {
+                return Err(VringError::LenOverflow);
+            }
+            let before = nseg;
+            memory::translate(regions, d.addr, u64::from(d.len), |seg| {
+                // A full iov array is reported as TooMany and mapped below.
+                let slot = iov.get_mut(nseg).ok_or(MemError::TooMany)?;
+                *slot = Iov { addr: seg.uaddr, len: seg.len };
+                nseg += 1;
+                Ok(())
+            })
+            .map_err(|e| match e {
+                MemError::TooMany => VringError::TooManySegments,
+                _ => VringError::NotMapped,
+            })?;
+            let added = nseg - before;
+            if writable {
+                chain.inn += added;
+                chain.in_len += u64::from(d.len);
+            } else {
+                chain.out += added;
+                chain.out_len += u64::from(d.len);
+            }
+            Ok(())
+        };
+
+        let mut i = head;
+        // A chain can visit each descriptor of the table at most once.
+        let mut budget = self.num64();
+        loop {
+            if budget == 0 {
+                return Err(VringError::Loop);
+            }
+            budget -= 1;
+            let d = self.read_desc(mem, self.desc + DESC_SIZE * u64::from(i))?;
+            if d.flags & DESC_F_INDIRECT != 0 {
+                if !self.features.indirect || d.flags & DESC_F_NEXT != 0 {
+                    return Err(VringError::IndirectNotAllowed);
+                }
+                let len = u64::from(d.len);
+                if len == 0 || len % DESC_SIZE != 0 {
+                    return Err(VringError::BadIndirectLen);
+                }
+                let count = len / DESC_SIZE;
+                if count > MAX_SEGMENTS as u64 {
+                    return Err(VringError::BadIndirectLen);
+                }
+                let mut j: u64 = 0;
+                let mut ibudget = count;
+                loop {
+                    if ibudget == 0 {
+                        return Err(VringError::Loop);
+                    }
+                    ibudget -= 1;
+                    let id = Self::read_indirect_desc(mem, regions, d.addr, j)?;
+                    if id.flags & DESC_F_INDIRECT != 0 {
+                        return Err(VringError::NestedIndirect);
+                    }
+                    push(&id, &mut chain, &mut seen_in)?;
+                    if id.flags & DESC_F_NEXT == 0 {
+                        break;
+                    }
+                    j = u64::from(id.next);
+                    if j >= count {
+                        return Err(VringError::BadNext);
+                    }
+                }
+                break;
+            }
+            push(&d, &mut chain, &mut seen_in)?;
+            if d.flags & DESC_F_NEXT == 0 {
+                break;
+            }
+            if d.next > self.mask {
+                return Err(VringError::BadNext);
+            }
+            i = d.next;
+        }
+        Ok(chain)
+    }
+
+    /// Adds used elements for `heads` (id, len) and publishes them with one
+    /// `used->idx` store.
+    pub(crate) fn add_used<M: GuestMemory>(
+        &mut self,
+        mem: &M,
+        heads: &[(u16, u32)],
+    ) -> Result<(), VringError> {
+        let mut idx = self.last_used_idx;
+        for &(id, len) in heads {
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&u32::from(id).to_le_bytes());
+            b[4..].copy_from_slice(&len.to_le_bytes());
+            mem.write(self.used_elem_addr(idx), &b)?;
+            idx = idx.wrapping_add(1);
+        }
+        // The elements must be visible before the index that exposes them.
+        mem.wmb();
+        mem.write_u16(self.used_idx_addr(), idx)?;
+        let old = self.last_used_idx;
+        self.last_used_idx = idx;
+        // If the guest's used_event fell inside the skipped range, the
+        // event-idx check below must see it; an index wrap invalidates it.
+        if self.signalled_used_valid && idx.wrapping_sub(self.signalled_used) < idx.wrapping_sub(old) {
+            self.signalled_used_valid = false;
+        }
+        Ok(())
+    }
+
+    /// Whether the guest wants an interrupt for what was just added, following
+    /// `VRING_AVAIL_F_NO_INTERRUPT` or, with event-idx, `used_event`.
+    pub(crate) fn should_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+        // The used index store must be visible before reading the guest's
+        // suppression state (virtio 2.7.10).
+        mem.mb();
+        if self.features.notify_on_empty && self.avail_idx == self.last_avail_idx {
+            return Ok(true);
+        }
+        if !self.features.event_idx {
+            let flags = mem.read_u16(self.avail_flags_addr())?;
+            return Ok(flags & AVAIL_F_NO_INTERRUPT == 0);
+        }
+        let old = self.signalled_used;
+        let valid = self.signalled_used_valid;
+        let new = self.last_used_idx;
+        self.signalled_used = new;
+        self.signalled_used_valid = true;
+        if !valid {
+            return Ok(true);
+        }
+        let event = mem.read_u16(self.used_event_addr())?;
+        Ok(need_event(event, new, old))
+    }
+
+    /// Asks the guest to kick again (clears `NO_NOTIFY`, or publishes
+    /// `avail_event`). Returns true if buffers arrived meanwhile, in which
+    /// case the caller must keep processing.
+    pub(crate) fn enable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+        if self.features.event_idx {
+            mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
+        } else {
+            mem.write_u16(self.used_flags_addr(), 0)?;
+        }
+        // The store above must be visible before we look at avail->idx, or a
+        // kick could be lost.
+        mem.mb();
+        let idx = mem.read_u16(self.avail_idx_addr())?;
+        Ok(idx != self.avail_idx)
+    }
+
+    /// Asks the guest not to kick while the device is polling the ring.
+    pub(crate) fn disable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<(), VringError> {
+        if !self.features.event_idx {
+            mem.write_u16(self.used_flags_addr(), USED_F_NO_NOTIFY)?;
+        }
+        Ok(())
+    }
+}
+
+/// `vring_need_event`: whether `event` lies in `(old, new]`, modulo 2^16.
+pub(crate) fn need_event(event: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+}
