@@ -125,10 +125,8 @@ pub(crate) mod feature {
     pub(crate) const VIRTIO_F_ANY_LAYOUT: u32 = 27;
     pub(crate) const VIRTIO_RING_F_INDIRECT_DESC: u32 = 28;
     pub(crate) const VIRTIO_RING_F_EVENT_IDX: u32 = 29;
-    pub(crate) const VHOST_F_LOG_ALL: u32 = 26;
     pub(crate) const VHOST_NET_F_VIRTIO_NET_HDR: u32 = 27;
     pub(crate) const VIRTIO_F_VERSION_1: u32 = 32;
-    pub(crate) const VHOST_BACKEND_F_IOTLB_MSG_V2: u32 = 1;
 }
 
 /// Bit `n` as a feature mask.

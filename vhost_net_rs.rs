@@ -7,13 +7,21 @@
 //! that an unmodified QEMU can use it through `-netdev tap,vhostfd=N`.
 //!
 //! Each open file is one device: a queue pair, vq 0 receiving and vq 1
-//! transmitting, with its own memory table, owner and features.
+//! transmitting, each with its own worker (a vhost_task in the owner's
+//! process), bound to a tap.
+//!
+//! Files: `uapi.rs` (ABI), `memory.rs` (memory table), `vring.rs` (split
+//! ring), `virtqueue.rs` (per-queue state), `net.rs` (TX/RX), `tap_glue.rs`
+//! (tap socket), `glue.rs` (eventfd, polling, workers), `uaccess.rs` (owner
+//! memory). `unsafe` lives only in the three glue files.
 //!
 //! # Lock order
 //!
-//! 1. `VhostNet::state`, the control-plane mutex, held for one ioctl.
+//! 1. `VhostNet::state`, the device's control-plane mutex, held for one ioctl.
+//! 2. `VirtQueue::inner`, one queue's mutex, also held by its worker while it
+//!    processes the ring.
 //!
-//! No other lock is taken while holding it yet.
+//! Never the other way round; workers never take `state`.
 
 use kernel::{
     fs::File,
@@ -23,15 +31,24 @@ use kernel::{
     prelude::*,
     seq_file::SeqFile,
     seq_print,
-    sync::{aref::ARef, Mutex},
+    sync::{aref::ARef, Arc, Mutex},
     uaccess::{UserPtr, UserSlice},
 };
 
+mod glue;
 mod memory;
+mod net;
+mod tap_glue;
+mod uaccess;
 mod uapi;
+mod virtqueue;
+mod vring;
 
+use glue::{EventFd, Worker};
 use memory::{MemError, Region};
+use tap_glue::TapSocket;
 use uapi::*;
+use virtqueue::{Dir, Stats, VirtQueue, VqConfig, VqInner};
 
 module! {
     type: VhostNetModule,
@@ -69,7 +86,7 @@ const USED_ALIGN: u64 = 4;
 
 /// `max_mem_regions`, clamped to `1..=509`.
 fn max_regions() -> usize {
-    let v = *module_parameters::max_mem_regions.value();
+    let v = module_parameters::max_mem_regions.value();
     v.clamp(1, MEM_REGIONS_HARD_MAX) as usize
 }
 
@@ -81,7 +98,7 @@ struct VhostNetModule {
 
 impl kernel::InPlaceModule for VhostNetModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        let v = *module_parameters::max_mem_regions.value();
+        let v = module_parameters::max_mem_regions.value();
         if v == 0 || v > MEM_REGIONS_HARD_MAX {
             pr_warn!("max_mem_regions={} out of range, using {}\n", v, max_regions());
         }
@@ -93,43 +110,16 @@ impl kernel::InPlaceModule for VhostNetModule {
     }
 }
 
-/// Configuration of one virtqueue, as set by the `VHOST_SET_VRING_*` ioctls.
-#[derive(Clone, Copy)]
-struct VqConfig {
-    num: u32,
-    desc: u64,
-    avail: u64,
-    used: u64,
-    log: u64,
-    log_used: bool,
-    last_avail_idx: u16,
-    busyloop_timeout: u32,
-}
-
-impl VqConfig {
-    /// The state after open and after `RESET_OWNER`, as in the C driver.
-    const RESET: Self = Self {
-        num: 1,
-        desc: 0,
-        avail: 0,
-        used: 0,
-        log: 0,
-        log_used: false,
-        last_avail_idx: 0,
-        busyloop_timeout: 0,
-    };
-}
-
-/// Everything the control plane of one open file owns.
+/// The control-plane state of one open file.
 struct DevState {
     /// The owner's address space, set by `SET_OWNER`. Every ioctl that
     /// configures the device must come from a task using this mm.
     owner: Option<ARef<Mm>>,
+    /// One worker per queue, running while there is an owner.
+    workers: Option<[Worker<VirtQueue>; NVQS]>,
     features: u64,
     backend_features: u64,
-    /// Validated memory table, sorted by guest-physical address.
-    mem: KVec<Region>,
-    vqs: [VqConfig; NVQS],
+    nregions: usize,
     /// `VHOST_SET_FORK_FROM_OWNER`: workers as vhost_tasks (1) or kthreads (0).
     fork_owner: u8,
 }
@@ -138,10 +128,10 @@ impl DevState {
     fn new() -> Self {
         Self {
             owner: None,
+            workers: None,
             features: 0,
             backend_features: 0,
-            mem: KVec::new(),
-            vqs: [VqConfig::RESET; NVQS],
+            nregions: 0,
             fork_owner: VHOST_FORK_OWNER_TASK,
         }
     }
@@ -154,18 +144,14 @@ impl DevState {
             _ => Err(EPERM),
         }
     }
-
-    /// Drops everything tied to the owner: the state of a freshly opened file.
-    fn reset(&mut self) {
-        *self = Self::new();
-    }
 }
 
 /// One open `/dev/vhost-net-rs`.
-#[pin_data]
+#[pin_data(PinnedDrop)]
 struct VhostNet {
     #[pin]
     state: Mutex<DevState>,
+    vqs: [Arc<VirtQueue>; NVQS],
 }
 
 /// Reads a `T` from the ioctl argument.
@@ -202,21 +188,44 @@ fn mem_errno(e: MemError) -> Error {
 }
 
 impl VhostNet {
+    /// Stops the workers and drops every binding: what `RESET_OWNER` and
+    /// `close()` do. Wakeup sources go first, then the workers (joined), then
+    /// the files they used.
+    fn teardown(&self, st: &mut DevState) {
+        for vq in &self.vqs {
+            vq.quiesce();
+        }
+        st.workers = None;
+        for vq in &self.vqs {
+            let mut s = vq.inner.lock();
+            vq.reset(&mut s);
+        }
+        let fork_owner = st.fork_owner;
+        *st = DevState::new();
+        st.fork_owner = fork_owner;
+    }
+
     fn set_owner(&self) -> Result<isize> {
         let mut st = self.state.lock();
         if st.owner.is_some() {
             return Err(EBUSY);
         }
-        let cur = kernel::current!();
-        let mm = cur.mm().ok_or(EINVAL)?;
-        st.owner = Some(ARef::from(&**mm));
+        let mm = {
+            let cur = kernel::current!();
+            let mm = cur.mm().ok_or(EINVAL)?;
+            ARef::from(&**mm)
+        };
+        let rx = Worker::start(self.vqs[0].clone(), c"vhost-net-rs-rx")?;
+        let tx = Worker::start(self.vqs[1].clone(), c"vhost-net-rs-tx")?;
+        st.workers = Some([rx, tx]);
+        st.owner = Some(mm);
         Ok(0)
     }
 
     fn reset_owner(&self) -> Result<isize> {
         let mut st = self.state.lock();
         st.check_owner()?;
-        st.reset();
+        self.teardown(&mut st);
         Ok(0)
     }
 
@@ -225,22 +234,26 @@ impl VhostNet {
             return Err(EOPNOTSUPP);
         }
         let mut st = self.state.lock();
-        // Dirty logging is not offered, so LOG_ALL can never be set here and
-        // there is no log to validate.
         st.features = features;
+        for vq in &self.vqs {
+            let mut s = vq.inner.lock();
+            s.features = features;
+            if s.ring.is_some() {
+                vq.stop_ring(&mut s);
+                vq.start_ring(&mut s)?;
+            }
+        }
         Ok(0)
     }
 
     fn get_features_array(&self, arg: usize) -> Result<isize> {
         let count: u64 = read_arg(arg)?;
+        let len = usize::try_from(count).map_err(|_| EFAULT)?.checked_mul(8).ok_or(EFAULT)?;
+        let mut w = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len)
+            .writer();
         let words = [NET_FEATURES, 0u64];
-        let mut w = UserSlice::new(
-            UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?),
-            usize::try_from(count).map_err(|_| EFAULT)?.checked_mul(8).ok_or(EFAULT)?,
-        )
-        .writer();
         for i in 0..count {
-            let v = words.get(i as usize).copied().unwrap_or(0);
+            let v = usize::try_from(i).ok().and_then(|i| words.get(i)).copied().unwrap_or(0);
             w.write(&v)?;
         }
         Ok(0)
@@ -254,7 +267,7 @@ impl VhostNet {
         let mut words = [0u64; FEATURES_U64S];
         for i in 0..count {
             let v: u64 = r.read()?;
-            match words.get_mut(i as usize) {
+            match usize::try_from(i).ok().and_then(|i| words.get_mut(i)) {
                 Some(w) => *w = v,
                 None if v != 0 => return Err(EOPNOTSUPP),
                 None => {}
@@ -274,7 +287,7 @@ impl VhostNet {
         Ok(0)
     }
 
-    fn set_mem_table(st: &mut DevState, arg: usize) -> Result<isize> {
+    fn set_mem_table(&self, st: &mut DevState, arg: usize) -> Result<isize> {
         let hdr: MemoryHeader = read_arg(arg)?;
         if hdr.padding != 0 {
             return Err(EOPNOTSUPP);
@@ -296,26 +309,98 @@ impl VhostNet {
             regions.push(reg, GFP_KERNEL)?;
         }
         memory::validate(&mut regions, max_regions()).map_err(mem_errno)?;
-        st.mem = regions;
-        Ok(0)
-    }
-
-    fn set_vring_num(st: &mut DevState, arg: usize) -> Result<isize> {
-        let idx = vq_index(arg)?;
-        let s: VringState = read_arg(arg)?;
-        if s.num == 0 || s.num > VRING_MAX_NUM || !s.num.is_power_of_two() {
-            return Err(EINVAL);
+        let table = Arc::new(regions, GFP_KERNEL)?;
+        st.nregions = n;
+        for vq in &self.vqs {
+            let mut s = vq.inner.lock();
+            s.mem = Some(table.clone());
+            if s.backend.is_some() && s.ring.is_none() && !s.broken {
+                vq.start_ring(&mut s)?;
+            }
         }
-        st.vqs[idx].num = s.num;
         Ok(0)
     }
 
-    fn set_vring_addr(st: &mut DevState, arg: usize) -> Result<isize> {
+    /// The vring ioctls: each works on one queue, under its lock.
+    fn vring_ioctl(&self, cmd: u32, arg: usize) -> Result<isize> {
         let idx = vq_index(arg)?;
-        let a: VringAddr = read_arg(arg)?;
+        let vq = &self.vqs[idx];
+        let mut s = vq.inner.lock();
+        match cmd {
+            VHOST_SET_VRING_NUM => {
+                let v: VringState = read_arg(arg)?;
+                if s.backend.is_some() {
+                    return Err(EBUSY);
+                }
+                if v.num == 0 || v.num > VRING_MAX_NUM || !v.num.is_power_of_two() {
+                    return Err(EINVAL);
+                }
+                s.cfg.num = v.num;
+            }
+            VHOST_SET_VRING_ADDR => Self::set_vring_addr(vq, &mut s, read_arg(arg)?)?,
+            VHOST_SET_VRING_BASE => {
+                let v: VringState = read_arg(arg)?;
+                if s.backend.is_some() {
+                    return Err(EBUSY);
+                }
+                s.cfg.last_avail_idx = u16::try_from(v.num).map_err(|_| EINVAL)?;
+            }
+            VHOST_GET_VRING_BASE => {
+                // Stops the ring, so the index cannot move after it is read.
+                vq.stop_ring(&mut s);
+                let v = VringState { index: idx as u32, num: s.cfg.last_avail_idx.into() };
+                write_arg(arg, &v)?;
+            }
+            VHOST_SET_VRING_KICK => {
+                let f: VringFile = read_arg(arg)?;
+                let file = match f.fd {
+                    VHOST_FILE_UNBIND => None,
+                    fd => Some(glue::eventfd_file(fd)?),
+                };
+                vq.set_kick(&mut s, file)?;
+            }
+            VHOST_SET_VRING_CALL | VHOST_SET_VRING_ERR => {
+                let f: VringFile = read_arg(arg)?;
+                let ctx = match f.fd {
+                    VHOST_FILE_UNBIND => None,
+                    fd => Some(EventFd::from_fd(fd)?),
+                };
+                // The old context, if any, is released here.
+                if cmd == VHOST_SET_VRING_CALL {
+                    s.call = ctx;
+                } else {
+                    s.err = ctx;
+                }
+            }
+            VHOST_SET_VRING_BUSYLOOP_TIMEOUT => {
+                let v: VringState = read_arg(arg)?;
+                s.cfg.busyloop_timeout = v.num;
+            }
+            VHOST_GET_VRING_BUSYLOOP_TIMEOUT => {
+                let v = VringState { index: idx as u32, num: s.cfg.busyloop_timeout };
+                write_arg(arg, &v)?;
+            }
+            VHOST_NET_SET_BACKEND => {
+                let f: VringFile = read_arg(arg)?;
+                if !s.cfg.addr_set {
+                    return Err(EFAULT);
+                }
+                let sock = match f.fd {
+                    VHOST_FILE_UNBIND => None,
+                    fd => Some(Arc::new(TapSocket::new(glue::fget(fd)?)?, GFP_KERNEL)?),
+                };
+                vq.set_backend(&mut s, sock)?;
+            }
+            _ => return Err(ENOTTY),
+        }
+        Ok(0)
+    }
+
+    fn set_vring_addr(vq: &VirtQueue, s: &mut VqInner, a: VringAddr) -> Result {
         if a.flags & !VHOST_VRING_F_LOG != 0 {
             return Err(EOPNOTSUPP);
         }
+        // Logging is not offered, so a log address is never used.
         if a.desc_user_addr % DESC_ALIGN != 0
             || a.avail_user_addr % AVAIL_ALIGN != 0
             || a.used_user_addr % USED_ALIGN != 0
@@ -323,48 +408,24 @@ impl VhostNet {
         {
             return Err(EINVAL);
         }
-        if [a.desc_user_addr, a.avail_user_addr, a.used_user_addr]
-            .iter()
-            .any(|&p| p >= USER_LIMIT)
+        let (dsz, asz, usz) = vring::Vring::sizes(s.cfg.num, true);
+        let in_user = |p: u64, sz: u64| p.checked_add(sz).is_some_and(|e| e <= USER_LIMIT);
+        if !in_user(a.desc_user_addr, dsz)
+            || !in_user(a.avail_user_addr, asz)
+            || !in_user(a.used_user_addr, usz)
         {
             return Err(EFAULT);
         }
-        let vq = &mut st.vqs[idx];
-        vq.desc = a.desc_user_addr;
-        vq.avail = a.avail_user_addr;
-        vq.used = a.used_user_addr;
-        vq.log = a.log_guest_addr;
-        vq.log_used = a.flags & VHOST_VRING_F_LOG != 0;
-        Ok(0)
-    }
-
-    fn set_vring_base(st: &mut DevState, arg: usize) -> Result<isize> {
-        let idx = vq_index(arg)?;
-        let s: VringState = read_arg(arg)?;
-        let base = u16::try_from(s.num).map_err(|_| EINVAL)?;
-        st.vqs[idx].last_avail_idx = base;
-        Ok(0)
-    }
-
-    fn get_vring_base(st: &mut DevState, arg: usize) -> Result<isize> {
-        let idx = vq_index(arg)?;
-        let s = VringState { index: idx as u32, num: st.vqs[idx].last_avail_idx.into() };
-        write_arg(arg, &s)?;
-        Ok(0)
-    }
-
-    fn set_busyloop(st: &mut DevState, arg: usize) -> Result<isize> {
-        let idx = vq_index(arg)?;
-        let s: VringState = read_arg(arg)?;
-        st.vqs[idx].busyloop_timeout = s.num;
-        Ok(0)
-    }
-
-    fn get_busyloop(st: &mut DevState, arg: usize) -> Result<isize> {
-        let idx = vq_index(arg)?;
-        let s = VringState { index: idx as u32, num: st.vqs[idx].busyloop_timeout };
-        write_arg(arg, &s)?;
-        Ok(0)
+        let running = s.ring.is_some();
+        vq.stop_ring(s);
+        s.cfg.desc = a.desc_user_addr;
+        s.cfg.avail = a.avail_user_addr;
+        s.cfg.used = a.used_user_addr;
+        s.cfg.addr_set = true;
+        if running {
+            vq.start_ring(s)?;
+        }
+        Ok(())
     }
 
     fn set_fork_owner(st: &mut DevState, arg: usize) -> Result<isize> {
@@ -372,11 +433,15 @@ impl VhostNet {
             return Err(EBUSY);
         }
         let v: u8 = read_arg(arg)?;
-        if v != VHOST_FORK_OWNER_TASK && v != VHOST_FORK_OWNER_KTHREAD {
-            return Err(EINVAL);
+        match v {
+            VHOST_FORK_OWNER_TASK => {
+                st.fork_owner = v;
+                Ok(0)
+            }
+            // kthread workers (with kthread_use_mm) are not implemented.
+            VHOST_FORK_OWNER_KTHREAD => Err(EOPNOTSUPP),
+            _ => Err(EINVAL),
         }
-        st.fork_owner = v;
-        Ok(0)
     }
 
     /// Ioctls that need the owner: everything `vhost_dev_ioctl` and
@@ -394,23 +459,19 @@ impl VhostNet {
         }
         st.check_owner()?;
         match cmd {
-            VHOST_SET_MEM_TABLE => Self::set_mem_table(&mut st, arg),
-            VHOST_SET_VRING_NUM => Self::set_vring_num(&mut st, arg),
-            VHOST_SET_VRING_ADDR => Self::set_vring_addr(&mut st, arg),
-            VHOST_SET_VRING_BASE => Self::set_vring_base(&mut st, arg),
-            VHOST_GET_VRING_BASE => Self::get_vring_base(&mut st, arg),
-            VHOST_SET_VRING_BUSYLOOP_TIMEOUT => Self::set_busyloop(&mut st, arg),
-            VHOST_GET_VRING_BUSYLOOP_TIMEOUT => Self::get_busyloop(&mut st, arg),
+            VHOST_SET_MEM_TABLE => self.set_mem_table(&mut st, arg),
             // Dirty logging is not implemented, and LOG_ALL is not offered.
             VHOST_SET_LOG_BASE | VHOST_SET_LOG_FD => Err(EOPNOTSUPP),
-            // Eventfds and the tap backend arrive with the data path.
-            VHOST_SET_VRING_KICK | VHOST_SET_VRING_CALL | VHOST_SET_VRING_ERR
-            | VHOST_NET_SET_BACKEND => {
-                vq_index(arg)?;
-                Err(EOPNOTSUPP)
-            }
-            _ => Err(ENOTTY),
+            _ => self.vring_ioctl(cmd, arg),
         }
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for VhostNet {
+    fn drop(self: Pin<&mut Self>) {
+        let mut st = self.state.lock();
+        self.teardown(&mut st);
     }
 }
 
@@ -419,9 +480,11 @@ impl MiscDevice for VhostNet {
     type Ptr = Pin<KBox<Self>>;
 
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
+        let vqs = [VirtQueue::new(Dir::Rx)?, VirtQueue::new(Dir::Tx)?];
         KBox::try_pin_init(
             try_pin_init!(VhostNet {
                 state <- new_mutex!(DevState::new()),
+                vqs,
             }),
             GFP_KERNEL,
         )
@@ -467,18 +530,30 @@ impl MiscDevice for VhostNet {
         seq_print!(
             m,
             "vhost-net-rs-owner:\t{}\nvhost-net-rs-features:\t{:#x}\nvhost-net-rs-regions:\t{}\n",
-            st.owner.is_some() as u8,
+            u8::from(st.owner.is_some()),
             st.features,
-            st.mem.len()
+            st.nregions
         );
-        for (i, vq) in st.vqs.iter().enumerate() {
+        for (i, vq) in me.vqs.iter().enumerate() {
+            let s = vq.inner.lock();
+            let c: VqConfig = s.cfg;
+            let st = &vq.stats;
             seq_print!(
                 m,
-                "vq{}:\tnum={} last_avail_idx={} busyloop_timeout={}\n",
+                "vq{}:\tnum={} last_avail_idx={} running={} broken={} backend={} \
+                 packets={} bytes={} wakeups={} calls={} errors={} drops={}\n",
                 i,
-                vq.num,
-                vq.last_avail_idx,
-                vq.busyloop_timeout
+                c.num,
+                s.ring.as_ref().map_or(c.last_avail_idx, |r| r.last_avail_idx),
+                u8::from(s.ring.is_some()),
+                u8::from(s.broken),
+                u8::from(s.backend.is_some()),
+                Stats::get(&st.packets),
+                Stats::get(&st.bytes),
+                vq.waker.wakeups(),
+                Stats::get(&st.calls),
+                Stats::get(&st.errors),
+                Stats::get(&st.drops)
             );
         }
     }

@@ -160,14 +160,12 @@ pub(crate) struct RingFeatures {
 ///
 /// # Invariants
 ///
-/// `num` is a power of two in `1..=32768`; `desc`, `avail` and `used` are the
+/// `mask + 1` is a power of two in `1..=32768`; `desc`, `avail` and `used` are the
 /// owner-virtual addresses of the three ring parts, aligned as the spec
 /// requires (checked by `VHOST_SET_VRING_ADDR`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Vring {
-    pub(crate) num: u16,
-    /// `num == 32768` does not fit in `u16` alongside smaller sizes' masks,
-    /// so the mask is kept separately.
+    /// `num - 1`: ring positions are indices masked with it.
     mask: u16,
     pub(crate) desc: u64,
     pub(crate) avail: u64,
@@ -200,8 +198,6 @@ impl Vring {
         }
         let mask = (num - 1) as u16;
         Some(Vring {
-            // 32768 fits in u16.
-            num: num as u16,
             mask,
             desc,
             avail,
@@ -261,15 +257,6 @@ impl Vring {
         }
         self.avail_idx = idx;
         Ok(pending)
-    }
-
-    /// Whether the guest has made buffers available that were not taken yet,
-    /// re-reading `avail->idx` if the cached value says none.
-    pub(crate) fn has_avail<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
-        if self.avail_idx != self.last_avail_idx {
-            return Ok(true);
-        }
-        Ok(self.refresh_avail(mem)? != 0)
     }
 
     /// Takes the next available chain, translating its buffers through

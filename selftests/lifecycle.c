@@ -41,10 +41,10 @@ static void drop_caches(void)
 
 	if (fd >= 0) {
 		if (write(fd, "3", 1) < 0)
-			;
+			perror("drop_caches");
 		close(fd);
 	}
-	usleep(100 * 1000);
+	usleep(300 * 1000);	/* let RCU-deferred frees (task structs) land */
 }
 
 static int cycle(const char *dev, int n, int configure)

@@ -3,7 +3,7 @@
 # module.sh: load, unload, device node and rmmod-while-open checks. TAP output.
 # Runs inside the test VM as root. Expects the module not to be loaded; leaves
 # it loaded on success so later tests can use it.
-KO=${KO:-$(dirname "$0")/../vhost_net_rs.ko}
+KO=${KO:-$(dirname "$0")/../vhost-net-rs.ko}
 DEV=/dev/vhost-net-rs
 n=0 fails=0
 ok()     { n=$((n + 1)); echo "ok $n $1"; }

@@ -58,7 +58,7 @@ TEST(unknown_ioctl_is_enotty)
 	EXPECT_EQ(-ENOTTY, xioctl(fd, 0x5401 /* TCGETS */, buf));
 	EXPECT_EQ(-ENOTTY, xioctl(fd, _IOW('x', 1, int), buf));
 	/* A known number with the wrong size bits is a different command. */
-	EXPECT_EQ(-ENOTTY, xioctl(fd, _IOW(VHOST_VIRTIO, 0x10, __u64), buf));
+	EXPECT_EQ(-ENOTTY, xioctl(fd, _IOW(VHOST_VIRTIO, 0x10, __u32), buf));
 	close(fd);
 }
 

@@ -12,6 +12,7 @@ struct Rig {
     mem: TestMem,
     regions: Vec<Region>,
     ring: Vring,
+    num: u16,
     iov: Vec<Iov>,
 }
 
@@ -20,7 +21,7 @@ fn rig(num: u32, feats: RingFeatures) -> Rig {
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
     let ring = Vring::new(num, DESC, AVAIL, USED, 0, feats).unwrap();
-    Rig { mem, regions, ring, iov: vec![Iov::default(); MAX_SEGMENTS] }
+    Rig { mem, regions, ring, num: num as u16, iov: vec![Iov::default(); MAX_SEGMENTS] }
 }
 
 impl Rig {
@@ -34,7 +35,7 @@ impl Rig {
     }
     /// Publishes `head` at avail slot `slot` and sets avail->idx to `idx`.
     fn avail(&self, slot: u16, head: u16, idx: u16) {
-        let n = u16::try_from(self.ring.num).unwrap();
+        let n = self.num;
         self.mem.put_u16(AVAIL + 4 + 2 * u64::from(slot % n), head);
         self.mem.put_u16(AVAIL + 2, idx);
     }
