@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * datapath: packets through /dev/vhost-net-rs, driven by harness.h.
+ *
+ * Guest TX: the test writes frames into the TX ring, kicks, and reads them
+ * off an AF_PACKET socket on the tap. Guest RX: the test sends frames into
+ * the tap and reads them out of the RX ring. Every payload is checked byte
+ * for byte, and sequence numbers catch loss, duplication and reordering.
+ * Set VNR_DEV=/dev/vhost-net to run the same cases on the C driver.
+ */
+#include "harness.h"
+#include "kselftest_harness.h"
+
+#define WAIT_MS 10000
+
+/* Puts one frame (seq, len) in the TX ring as header + frame, in one or two
+ * descriptors, optionally through an indirect table. */
+static void tx_post(struct h_dev *d, uint16_t slot, uint32_t seq, size_t len, int layout)
+{
+	struct h_vq *v = &d->vq[1];
+	uint16_t head = slot % v->num;
+	uint64_t buf = h_buf(d, 1, head);
+	uint8_t *p = h_ptr(d, buf);
+	struct vring_desc *desc = v->vr.desc;
+
+	memset(p, 0, d->hdr_len);
+	h_frame(p + d->hdr_len, seq, len);
+	if (layout == 0) {		/* any layout: header and frame together */
+		desc[head] = (struct vring_desc){ buf, d->hdr_len + len, 0, 0 };
+	} else {			/* header in its own descriptor, via an
+					 * indirect table at the end of the slot */
+		struct vring_desc *t = h_ptr(d, buf + v->buf_size - 64);
+
+		t[0] = (struct vring_desc){ buf, d->hdr_len, VRING_DESC_F_NEXT, 1 };
+		t[1] = (struct vring_desc){ buf + d->hdr_len, len, 0, 0 };
+		desc[head] = (struct vring_desc){ h_gpa(d, t), 32, VRING_DESC_F_INDIRECT, 0 };
+	}
+	h_publish(d, 1, head);
+}
+
+/* Reads one frame from the packet socket into buf; returns its length or
+ * -ETIMEDOUT. */
+static ssize_t pkt_recv(struct h_dev *d, uint8_t *buf, size_t cap, int timeout_ms)
+{
+	struct pollfd p = { .fd = d->pkt, .events = POLLIN };
+	ssize_t n;
+
+	for (;;) {
+		n = recv(d->pkt, buf, cap, MSG_TRUNC);
+		if (n >= 0)
+			return n;
+		if (errno != EAGAIN)
+			return -errno;
+		if (poll(&p, 1, timeout_ms) != 1)
+			return -ETIMEDOUT;
+	}
+}
+
+/* Guest TX of `count` frames of `len` bytes; checks each on the packet
+ * socket and each used entry. Returns 0 or a negative code. */
+static int run_tx(struct __test_metadata *_metadata, struct h_dev *d, uint32_t count, size_t len,
+		  int layout)
+{
+	struct h_vq *v = &d->vq[1];
+	uint8_t buf[70000];
+	uint32_t sent = 0, got = 0, window = v->num < 64 ? v->num : 64;
+
+	while (got < count) {
+		uint32_t burst = 0;
+
+		while (sent < count && sent - got < window) {
+			tx_post(d, (uint16_t)(v->avail_idx), sent, len, layout);
+			sent++;
+			burst++;
+		}
+		if (burst)
+			h_kick(d, 1);
+		while (got < sent) {
+			ssize_t n = pkt_recv(d, buf, sizeof(buf), WAIT_MS);
+
+			if (n < 0) {
+				TH_LOG("tx: frame %u of %u not seen on the tap (%zd)", got, count, n);
+				return -1;
+			}
+			if (h_check_frame(buf, n, len) != got) {
+				TH_LOG("tx: frame %u corrupt or out of order (len %zd)", got, n);
+				return -1;
+			}
+			got++;
+		}
+		if (h_wait_used(d, 1, (uint16_t)(v->avail_idx - v->used_seen), WAIT_MS)) {
+			TH_LOG("tx: used ring not updated (%u pending of %u)", h_used_pending(d, 1),
+			       (uint16_t)(v->avail_idx - v->used_seen));
+			return -1;
+		}
+		while (h_used_pending(d, 1))
+			h_take_used(d, 1);
+	}
+	return 0;
+}
+
+/* Posts RX buffers so that `n` descriptors are available. */
+static void rx_fill(struct h_dev *d, unsigned int n)
+{
+	struct h_vq *v = &d->vq[0];
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		uint16_t head = v->avail_idx % v->num;
+
+		v->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), v->buf_size, VRING_DESC_F_WRITE, 0 };
+		h_publish(d, 0, head);
+	}
+	h_kick(d, 0);
+}
+
+/* Guest RX of `count` frames of `len` bytes, sent through the packet socket
+ * in windows, each read back from the RX ring and checked. */
+static int run_rx(struct __test_metadata *_metadata, struct h_dev *d, uint32_t count, size_t len)
+{
+	struct h_vq *v = &d->vq[0];
+	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
+	uint8_t frame[70000], got_buf[70000];
+	uint32_t sent = 0, got = 0, window = v->num < 32 ? v->num / 2 : 32;
+	unsigned int per = mrg ? (d->hdr_len + len + v->buf_size - 1) / v->buf_size : 1;
+
+	if (!window)
+		window = 1;
+	if (window * per > v->num)
+		window = v->num / per ? v->num / per : 1;
+	rx_fill(d, v->num);
+	while (got < count) {
+		uint32_t w = 0;
+
+		while (sent < count && w < window) {
+			h_frame(frame, sent, len);
+			if (send(d->pkt, frame, len, 0) != (ssize_t)len) {
+				TH_LOG("rx: send: %s", strerror(errno));
+				return -1;
+			}
+			sent++;
+			w++;
+		}
+		while (got < sent) {
+			struct vring_used_elem e;
+			uint16_t nb = 1, k;
+			size_t off = 0;
+			uint8_t *hdr;
+
+			if (h_wait_used(d, 0, 1, WAIT_MS)) {
+				TH_LOG("rx: frame %u of %u never reached the ring", got, count);
+				return -1;
+			}
+			e = h_take_used(d, 0);
+			if (e.id >= v->num) {
+				TH_LOG("rx: bad used id %u", e.id);
+				return -1;
+			}
+			hdr = h_ptr(d, h_buf(d, 0, e.id));
+			if (mrg)
+				memcpy(&nb, hdr + 10, 2);
+			if (nb == 0 || nb > v->num) {
+				TH_LOG("rx: bad num_buffers %u", nb);
+				return -1;
+			}
+			memcpy(got_buf, hdr, e.len);
+			off = e.len;
+			for (k = 1; k < nb; k++) {
+				if (h_wait_used(d, 0, 1, WAIT_MS))
+					return -1;
+				e = h_take_used(d, 0);
+				memcpy(got_buf + off, h_ptr(d, h_buf(d, 0, e.id)), e.len);
+				off += e.len;
+			}
+			if (off < d->hdr_len ||
+			    h_check_frame(got_buf + d->hdr_len, off - d->hdr_len, len) != got) {
+				TH_LOG("rx: frame %u corrupt: %zu bytes, num_buffers %u", got, off, nb);
+				return -1;
+			}
+			got++;
+			rx_fill(d, nb);
+		}
+	}
+	return 0;
+}
+
+static const struct h_opts base_opts = {
+	.num = 256, .event_idx = true, .indirect = true, .mrg_rxbuf = true, .version_1 = true,
+	.tap_offload = -1,
+};
+
+TEST(tx_single)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	EXPECT_EQ(0, run_tx(_metadata, &d, 1, 60, 0));
+	h_teardown(&d);
+}
+
+TEST(rx_single)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	EXPECT_EQ(0, run_rx(_metadata, &d, 1, 60));
+	h_teardown(&d);
+}
+
+TEST(bulk_100k_each_way)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	int n = getenv("VNR_BULK") ? atoi(getenv("VNR_BULK")) : 100000;
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	EXPECT_EQ(0, run_tx(_metadata, &d, n, 128, 0));
+	EXPECT_EQ(0, run_rx(_metadata, &d, n, 128));
+	h_teardown(&d);
+}
+
+TEST(index_wraps_past_65535)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+
+	o.base = 65500;
+	o.num = 64;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	EXPECT_EQ(0, run_tx(_metadata, &d, 300, 100, 0));
+	EXPECT_EQ(0, run_rx(_metadata, &d, 300, 100));
+	h_teardown(&d);
+}
+
+TEST(every_feature_combination)
+{
+	int combo, fails = 0;
+
+	for (combo = 0; combo < 32; combo++) {
+		struct h_dev d;
+		struct h_opts o = { .num = 128, .tap_offload = -1 };
+		int r;
+
+		o.event_idx = combo & 1;
+		o.indirect = combo & 2;
+		o.mrg_rxbuf = combo & 4;
+		o.version_1 = combo & 8;
+		o.vhost_hdr = combo & 16;
+		/* Small RX buffers force merging when mergeable is on. */
+		o.rx_buf = o.mrg_rxbuf ? 512 : 2048;
+		r = h_setup(&d, &o);
+		if (!r)
+			r = run_tx(_metadata, &d, 150, 700, o.indirect ? combo % 2 : 0);
+		if (!r)
+			r = run_rx(_metadata, &d, 150, 1400);
+		if (r) {
+			TH_LOG("combo %#x (event_idx %d indirect %d mrg %d v1 %d vhost_hdr %d) failed: %d",
+			       combo, o.event_idx, o.indirect, o.mrg_rxbuf, o.version_1, o.vhost_hdr, r);
+			fails++;
+		}
+		h_teardown(&d);
+	}
+	EXPECT_EQ(0, fails);
+}
+
+TEST(stop_and_restart_mid_stream)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	struct vhost_vring_state s = { .index = 1 };
+	struct vhost_vring_file b = { .index = 1, .fd = -1 };
+	uint8_t buf[2048];
+	ssize_t n;
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	ASSERT_EQ(0, run_tx(_metadata, &d, 100, 80, 0));
+	/* QEMU's stop: detach, read the base. */
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_GET_VRING_BASE, &s));
+	EXPECT_EQ(d.vq[1].avail_idx, s.num);
+	/* A frame posted while stopped must not go out... */
+	tx_post(&d, d.vq[1].avail_idx, 100, 80, 0);
+	h_kick(&d, 1);
+	EXPECT_EQ(-ETIMEDOUT, pkt_recv(&d, buf, sizeof(buf), 300));
+	/* ...and goes out exactly once after the restart. */
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_BASE, &s));
+	b.fd = d.tap;
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	n = pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
+	EXPECT_EQ(100, h_check_frame(buf, n, 80));
+	EXPECT_EQ(-ETIMEDOUT, pkt_recv(&d, buf, sizeof(buf), 300));
+	h_teardown(&d);
+}
+
+TEST(backend_detach_stops_traffic)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	struct vhost_vring_file b = { .index = 0, .fd = -1 };
+	uint8_t frame[128];
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	ASSERT_EQ(0, run_rx(_metadata, &d, 10, 100));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	h_frame(frame, 1, 100);
+	ASSERT_EQ(100, send(d.pkt, frame, 100, 0));
+	usleep(300 * 1000);
+	EXPECT_EQ(0, h_used_pending(&d, 0));
+	h_teardown(&d);
+}
+
+TEST(backend_must_be_a_tap)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	struct vhost_vring_file b = { .index = 1 };
+	int p[2], u[2];
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	ASSERT_EQ(0, pipe(p));
+	ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_DGRAM, 0, u));
+	b.fd = p[0];
+	EXPECT_EQ(-ENOTSOCK, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	b.fd = u[0];
+	EXPECT_EQ(-ENOTSOCK, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	b.fd = d.vq[0].call;
+	EXPECT_EQ(-ENOTSOCK, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	b.fd = d.pkt;
+	EXPECT_EQ(-ENOTSOCK, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	b.fd = 12345;
+	EXPECT_EQ(-EBADF, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	/* The real tap still works after all that. */
+	b.fd = d.tap;
+	EXPECT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	EXPECT_EQ(0, run_tx(_metadata, &d, 10, 64, 0));
+	close(p[0]); close(p[1]); close(u[0]); close(u[1]);
+	h_teardown(&d);
+}
+
+/* Malformed TX rings: each must fire the error eventfd, and the device must
+ * stay closable. `bad` writes the malformed chain at head 0. */
+static void bad_ring(struct __test_metadata *_metadata, void (*bad)(struct h_dev *d))
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+
+	o.num = 8;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	bad(&d);
+	h_kick(&d, 1);
+	EXPECT_TRUE(h_fired(d.vq[1].err, WAIT_MS));
+	h_teardown(&d);
+}
+
+static void bad_loop(struct h_dev *d)
+{
+	struct vring_desc *t = d->vq[1].vr.desc;
+
+	t[0] = (struct vring_desc){ h_buf(d, 1, 0), 64, VRING_DESC_F_NEXT, 1 };
+	t[1] = (struct vring_desc){ h_buf(d, 1, 1), 64, VRING_DESC_F_NEXT, 0 };
+	h_publish(d, 1, 0);
+}
+
+static void bad_nested_indirect(struct h_dev *d)
+{
+	struct vring_desc *it = h_ptr(d, h_buf(d, 1, 4));
+
+	it[0] = (struct vring_desc){ h_buf(d, 1, 4), 32, VRING_DESC_F_INDIRECT, 0 };
+	d->vq[1].vr.desc[0] = (struct vring_desc){ h_gpa(d, it), 16, VRING_DESC_F_INDIRECT, 0 };
+	h_publish(d, 1, 0);
+}
+
+static void bad_address(struct h_dev *d)
+{
+	d->vq[1].vr.desc[0] = (struct vring_desc){ H_MEM_SIZE + 4096, 64, 0, 0 };
+	h_publish(d, 1, 0);
+}
+
+static void bad_length_overflow(struct h_dev *d)
+{
+	struct vring_desc *t = d->vq[1].vr.desc;
+
+	t[0] = (struct vring_desc){ 0, 0xffffffffu, VRING_DESC_F_NEXT, 1 };
+	t[1] = (struct vring_desc){ 0, 0xffffffffu, 0, 0 };
+	h_publish(d, 1, 0);
+}
+
+static void bad_avail_jump(struct h_dev *d)
+{
+	d->vq[1].vr.desc[0] = (struct vring_desc){ h_buf(d, 1, 0), 64, 0, 0 };
+	d->vq[1].vr.avail->idx = d->vq[1].avail_idx + 9;	/* num is 8 */
+}
+
+TEST(malformed_descriptor_loop) { bad_ring(_metadata, bad_loop); }
+TEST(malformed_nested_indirect) { bad_ring(_metadata, bad_nested_indirect); }
+TEST(malformed_address_outside_regions) { bad_ring(_metadata, bad_address); }
+TEST(malformed_length_overflow) { bad_ring(_metadata, bad_length_overflow); }
+TEST(malformed_avail_jump) { bad_ring(_metadata, bad_avail_jump); }
+
+TEST(counters_show_the_traffic)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	char path[64], buf[4096];
+	unsigned long long pk;
+	ssize_t n;
+	char *p;
+	int f;
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	ASSERT_EQ(0, run_tx(_metadata, &d, 77, 100, 0));
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d.fd);
+	f = open(path, O_RDONLY);
+	ASSERT_LE(0, f);
+	n = read(f, buf, sizeof(buf) - 1);
+	ASSERT_LT(0, n);
+	buf[n] = 0;
+	close(f);
+	p = strstr(buf, "vq1:");
+	ASSERT_NE(NULL, p) TH_LOG("%s", buf);
+	p = strstr(p, "packets=");
+	ASSERT_NE(NULL, p);
+	pk = strtoull(p + 8, NULL, 10);
+	EXPECT_EQ(77, pk) TH_LOG("%s", buf);
+	h_teardown(&d);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,386 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * A userspace vhost-net driver that plays both QEMU and the guest.
+ *
+ * It owns "guest memory" (an mmap), lays split rings out in it, registers it
+ * with the vhost device through the same ioctls QEMU uses, and attaches a tap
+ * whose other side is an AF_PACKET socket. Guest TX is then checked by
+ * reading frames off the packet socket, and guest RX by injecting frames
+ * through it.
+ *
+ * Used by datapath.c (and the benchmark). Everything fails loudly: each
+ * helper returns -errno or a negative code and the tests assert on it.
+ */
+#ifndef VNR_HARNESS_H
+#define VNR_HARNESS_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <linux/if_tun.h>
+#include <linux/vhost.h>
+#include <linux/virtio_net.h>
+#include <linux/virtio_ring.h>
+#include <linux/virtio_config.h>
+
+#define H_MEM_SIZE	(64UL << 20)
+#define H_RING_OFF(q)	((uint64_t)(q) * (4UL << 20))	/* rings: 4 MiB each */
+#define H_BUF_OFF	(16UL << 20)			/* buffers after that */
+#define H_ETH_TYPE	0x88b5				/* local experimental */
+#define H_MAX_NUM	32768
+
+struct h_vq {
+	unsigned int num;
+	struct vring vr;
+	int kick, call, err;
+	uint16_t avail_idx;	/* next avail index the guest publishes */
+	uint16_t used_seen;	/* used entries the guest has consumed */
+	uint32_t buf_size;	/* per-descriptor buffer size */
+	uint64_t buf_base;	/* guest-physical base of this queue's buffers */
+};
+
+struct h_dev {
+	int fd;			/* /dev/vhost-net-rs or /dev/vhost-net */
+	int tap, pkt, ifindex;
+	char ifname[IFNAMSIZ];
+	uint8_t *mem;
+	uint64_t features;
+	bool vhost_hdr;		/* VHOST_NET_F_VIRTIO_NET_HDR: vhost adds/strips */
+	unsigned int hdr_len;	/* virtio-net header length the guest sees */
+	struct h_vq vq[2];	/* 0 = RX, 1 = TX */
+};
+
+struct h_opts {
+	const char *dev;	/* device node; default $VNR_DEV or vhost-net-rs */
+	unsigned int num;	/* ring size, both queues */
+	bool event_idx, indirect, mrg_rxbuf, version_1, vhost_hdr;
+	uint32_t rx_buf;	/* RX buffer size (default 2048) */
+	uint32_t tx_buf;	/* TX buffer size (default 2048) */
+	uint16_t base;		/* initial ring index */
+	int tap_offload;	/* TUNSETOFFLOAD flags, -1: leave */
+};
+
+static inline uint64_t h_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static inline uint64_t h_gpa(struct h_dev *d, void *p)
+{
+	return (uint64_t)((uint8_t *)p - d->mem);
+}
+
+static inline void *h_ptr(struct h_dev *d, uint64_t gpa)
+{
+	return d->mem + gpa;
+}
+
+static inline int h_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) < 0 ? -errno : 0;
+}
+
+static inline int h_tap_open(struct h_dev *d, bool vnet_hdr, int offload)
+{
+	struct ifreq ifr = { 0 };
+	int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK), s, r;
+	static int seq;
+
+	if (fd < 0)
+		return -errno;
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
+	snprintf(ifr.ifr_name, IFNAMSIZ, "vnr%d.%d", getpid() % 10000, seq++);
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0)
+		goto err;
+	memcpy(d->ifname, ifr.ifr_name, IFNAMSIZ);
+	if (vnet_hdr) {
+		int sz = d->hdr_len;
+
+		if (ioctl(fd, TUNSETVNETHDRSZ, &sz) < 0)
+			goto err;
+	}
+	if (offload >= 0 && ioctl(fd, TUNSETOFFLOAD, (unsigned long)offload) < 0)
+		goto err;
+	s = socket(AF_INET, SOCK_DGRAM, 0);
+	if (s < 0)
+		goto err;
+	r = ioctl(s, SIOCGIFFLAGS, &ifr);
+	ifr.ifr_flags |= IFF_UP;
+	if (!r)
+		r = ioctl(s, SIOCSIFFLAGS, &ifr);
+	close(s);
+	if (r < 0)
+		goto err;
+	d->ifindex = if_nametoindex(d->ifname);
+	d->tap = fd;
+	return 0;
+err:
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+static inline int h_pkt_open(struct h_dev *d)
+{
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(H_ETH_TYPE),
+				   .sll_ifindex = d->ifindex };
+	int one = 1, big = 8 << 20;
+	int s = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(H_ETH_TYPE));
+
+	if (s < 0)
+		return -errno;
+	setsockopt(s, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one));
+	setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+	setsockopt(s, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+	if (bind(s, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+		int r = -errno;
+
+		close(s);
+		return r;
+	}
+	d->pkt = s;
+	return 0;
+}
+
+static inline void h_vq_layout(struct h_dev *d, int q, unsigned int num, uint16_t base,
+			       uint32_t buf_size)
+{
+	struct h_vq *v = &d->vq[q];
+
+	v->num = num;
+	vring_init(&v->vr, num, d->mem + H_RING_OFF(q), 4096);
+	v->avail_idx = base;
+	v->used_seen = base;
+	v->buf_size = buf_size;
+	v->buf_base = H_BUF_OFF + (uint64_t)q * ((H_MEM_SIZE - H_BUF_OFF) / 2);
+	/* The device reads used->idx when the backend is set. */
+	v->vr.used->idx = base;
+	v->vr.avail->idx = base;
+}
+
+/* Guest-physical address of buffer slot i of queue q. */
+static inline uint64_t h_buf(struct h_dev *d, int q, unsigned int i)
+{
+	struct h_vq *v = &d->vq[q];
+
+	return v->buf_base + (uint64_t)(i % v->num) * v->buf_size;
+}
+
+static inline int h_setup(struct h_dev *d, const struct h_opts *o)
+{
+	struct { struct vhost_memory h; struct vhost_memory_region r[1]; } m = { 0 };
+	const char *dev = o->dev ? o->dev : (getenv("VNR_DEV") ? getenv("VNR_DEV") : "/dev/vhost-net-rs");
+	uint64_t f = 0;
+	int q, r;
+
+	memset(d, 0, sizeof(*d));
+	d->fd = d->tap = d->pkt = -1;
+	if (o->event_idx)
+		f |= 1ULL << VIRTIO_RING_F_EVENT_IDX;
+	if (o->indirect)
+		f |= 1ULL << VIRTIO_RING_F_INDIRECT_DESC;
+	if (o->mrg_rxbuf)
+		f |= 1ULL << VIRTIO_NET_F_MRG_RXBUF;
+	if (o->version_1)
+		f |= 1ULL << VIRTIO_F_VERSION_1;
+	if (o->vhost_hdr)
+		f |= 1ULL << VHOST_NET_F_VIRTIO_NET_HDR;
+	d->features = f;
+	d->vhost_hdr = o->vhost_hdr;
+	d->hdr_len = (o->mrg_rxbuf || o->version_1) ? 12 : 10;
+
+	d->mem = mmap(NULL, H_MEM_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (d->mem == MAP_FAILED)
+		return -errno;
+	d->fd = open(dev, O_RDWR);
+	if (d->fd < 0)
+		return -errno;
+	if ((r = h_ioctl(d->fd, VHOST_SET_OWNER, NULL)))
+		return r;
+	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
+		return r;
+	m.h.nregions = 1;
+	m.r[0].guest_phys_addr = 0;
+	m.r[0].memory_size = H_MEM_SIZE;
+	m.r[0].userspace_addr = (uint64_t)(uintptr_t)d->mem;
+	if ((r = h_ioctl(d->fd, VHOST_SET_MEM_TABLE, &m)))
+		return r;
+	if ((r = h_tap_open(d, !o->vhost_hdr, o->tap_offload)))
+		return r;
+	if ((r = h_pkt_open(d)))
+		return r;
+	for (q = 0; q < 2; q++) {
+		struct h_vq *v = &d->vq[q];
+		unsigned int num = o->num ? o->num : 256;
+		struct vhost_vring_state s = { .index = q, .num = num };
+		struct vhost_vring_addr a = { .index = q };
+		struct vhost_vring_file kf = { .index = q }, cf = { .index = q }, ef = { .index = q };
+		struct vhost_vring_file bf = { .index = q, .fd = d->tap };
+
+		h_vq_layout(d, q, num, o->base,
+			    q == 0 ? (o->rx_buf ? o->rx_buf : 2048) : (o->tx_buf ? o->tx_buf : 2048));
+		v->kick = eventfd(0, EFD_NONBLOCK);
+		v->call = eventfd(0, EFD_NONBLOCK);
+		v->err = eventfd(0, EFD_NONBLOCK);
+		kf.fd = v->kick;
+		cf.fd = v->call;
+		ef.fd = v->err;
+		a.desc_user_addr = (uint64_t)(uintptr_t)v->vr.desc;
+		a.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail;
+		a.used_user_addr = (uint64_t)(uintptr_t)v->vr.used;
+		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_NUM, &s)))
+			return r;
+		s.num = o->base;
+		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_BASE, &s)))
+			return r;
+		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_ADDR, &a)))
+			return r;
+		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_KICK, &kf)))
+			return r;
+		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_CALL, &cf)))
+			return r;
+		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_ERR, &ef)))
+			return r;
+		if ((r = h_ioctl(d->fd, VHOST_NET_SET_BACKEND, &bf)))
+			return r;
+	}
+	return 0;
+}
+
+static inline void h_teardown(struct h_dev *d)
+{
+	int q;
+
+	if (d->fd >= 0)
+		close(d->fd);
+	for (q = 0; q < 2; q++) {
+		if (d->vq[q].kick > 0)
+			close(d->vq[q].kick);
+		if (d->vq[q].call > 0)
+			close(d->vq[q].call);
+		if (d->vq[q].err > 0)
+			close(d->vq[q].err);
+	}
+	if (d->tap >= 0)
+		close(d->tap);
+	if (d->pkt >= 0)
+		close(d->pkt);
+	if (d->mem && d->mem != MAP_FAILED)
+		munmap(d->mem, H_MEM_SIZE);
+	d->fd = d->tap = d->pkt = -1;
+	d->mem = NULL;
+}
+
+static inline void h_kick(struct h_dev *d, int q)
+{
+	uint64_t one = 1;
+
+	if (write(d->vq[q].kick, &one, sizeof(one)) < 0)
+		perror("kick");
+}
+
+/* Publishes descriptor head `head` on queue q (does not kick). */
+static inline void h_publish(struct h_dev *d, int q, uint16_t head)
+{
+	struct h_vq *v = &d->vq[q];
+
+	v->vr.avail->ring[v->avail_idx % v->num] = head;
+	__atomic_store_n(&v->vr.avail->idx, (uint16_t)(v->avail_idx + 1), __ATOMIC_RELEASE);
+	v->avail_idx++;
+	if (d->features & (1ULL << VIRTIO_RING_F_EVENT_IDX))
+		vring_used_event(&v->vr) = v->used_seen;	/* interrupt me on the next one */
+}
+
+/* Number of used entries not consumed yet. */
+static inline uint16_t h_used_pending(struct h_dev *d, int q)
+{
+	struct h_vq *v = &d->vq[q];
+
+	return (uint16_t)(__atomic_load_n(&v->vr.used->idx, __ATOMIC_ACQUIRE) - v->used_seen);
+}
+
+/* Waits until at least n used entries are pending; -ETIMEDOUT otherwise. */
+static inline int h_wait_used(struct h_dev *d, int q, uint16_t n, int timeout_ms)
+{
+	uint64_t end = h_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+	unsigned int spins = 0;
+
+	while (h_used_pending(d, q) < n) {
+		if (h_now_ns() > end)
+			return -ETIMEDOUT;
+		if (++spins > 64)
+			usleep(50);
+	}
+	return 0;
+}
+
+static inline struct vring_used_elem h_take_used(struct h_dev *d, int q)
+{
+	struct h_vq *v = &d->vq[q];
+	struct vring_used_elem e = v->vr.used->ring[v->used_seen % v->num];
+
+	v->used_seen++;
+	return e;
+}
+
+/* Whether an eventfd fired within timeout_ms (and clears it). */
+static inline bool h_fired(int efd, int timeout_ms)
+{
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	uint64_t v;
+
+	if (poll(&p, 1, timeout_ms) != 1)
+		return false;
+	return read(efd, &v, sizeof(v)) == sizeof(v);
+}
+
+/* A test frame: broadcast dst, our ethertype, seq and a payload pattern. */
+static inline size_t h_frame(uint8_t *buf, uint32_t seq, size_t len)
+{
+	size_t i;
+
+	memset(buf, 0xff, 6);
+	memcpy(buf + 6, "\x02\x00\x00\x00\x00\x01", 6);
+	buf[12] = H_ETH_TYPE >> 8;
+	buf[13] = H_ETH_TYPE & 0xff;
+	memcpy(buf + 14, &seq, 4);
+	for (i = 18; i < len; i++)
+		buf[i] = (uint8_t)(seq * 7 + i);
+	return len;
+}
+
+/* Checks a frame made by h_frame; returns its seq or -1. */
+static inline int64_t h_check_frame(const uint8_t *buf, size_t len, size_t want_len)
+{
+	uint32_t seq;
+	size_t i;
+
+	if (len != want_len || len < 18 || buf[12] != (H_ETH_TYPE >> 8) || buf[13] != (H_ETH_TYPE & 0xff))
+		return -1;
+	memcpy(&seq, buf + 14, 4);
+	for (i = 18; i < len; i++)
+		if (buf[i] != (uint8_t)(seq * 7 + i))
+			return -1;
+	return seq;
+}
+
+#endif
