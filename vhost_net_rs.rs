@@ -385,9 +385,14 @@ impl VhostNet {
                 if !s.cfg.addr_set {
                     return Err(EFAULT);
                 }
+                // Like the C driver, any fd that is not a usable backend,
+                // closed ones included, is -ENOTSOCK.
                 let sock = match f.fd {
                     VHOST_FILE_UNBIND => None,
-                    fd => Some(Arc::new(TapSocket::new(glue::fget(fd)?)?, GFP_KERNEL)?),
+                    fd => {
+                        let file = glue::fget(fd).map_err(|_| ENOTSOCK)?;
+                        Some(Arc::new(TapSocket::new(file)?, GFP_KERNEL)?)
+                    }
                 };
                 vq.set_backend(&mut s, sock)?;
             }
