@@ -111,7 +111,10 @@ pub(crate) fn translate(
     for_each_piece(regions, gpa, len, &mut f)
 }
 
-fn for_each_piece(
+/// Like [`translate`], but in one pass: `f` may already have been called for
+/// the first pieces when a hole is found. For callers that discard
+/// everything on error (the ring parser), it saves a second lookup.
+pub(crate) fn for_each_piece(
     regions: &[Region],
     mut gpa: u64,
     mut len: u64,

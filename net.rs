@@ -8,6 +8,7 @@
 //! notification-suppression state asks for it.
 
 use crate::glue::EventFd;
+use crate::tap_glue::{TapSocket, TxBatch};
 use crate::uaccess::OwnerMem;
 use crate::uapi::{bit, feature};
 use crate::virtqueue::{Stats, UserIov, VirtQueue, VqInner, MAX_BATCH};
@@ -99,25 +100,48 @@ fn flush(
     Ok(())
 }
 
+/// Sends what is batched, then publishes the used entries of everything
+/// consumed so far. Data was copied out of the guest's buffers already, so
+/// the order only keeps the guest's view simple: used means sent.
+fn tx_flush(
+    vq: &VirtQueue,
+    ring: &mut Vring,
+    call: &Option<EventFd>,
+    heads: &[(u16, u32)],
+    txb: &mut Option<TxBatch>,
+    sock: &TapSocket,
+) -> Result<(), VringError> {
+    if let Some(b) = txb.as_mut() {
+        let n = b.len() as u64;
+        if b.send(sock).is_err() {
+            Stats::add(&vq.stats.drops, n);
+        }
+    }
+    flush(vq, ring, call, heads)
+}
+
 /// Guest to tap. Returns true if it stopped because of the weight.
 pub(crate) fn handle_tx(vq: &VirtQueue, s: &mut VqInner) -> bool {
     if s.broken {
         return false;
     }
     let (Some(sock), Some(mem)) = (s.backend.clone(), s.mem.clone()) else { return false };
-    let (vhost_hlen, _) = hdr_lens(s.features);
+    let (vhost_hlen, sock_hlen) = hdr_lens(s.features);
+    let batching = s.txb.is_some() && sock.can_batch();
     let m = OwnerMem;
     let mut pkts = 0u64;
     let mut bytes = 0u64;
     let mut nheads = 0usize;
     let mut wait_space = false;
+    // Counted locally and published once per run: no atomic per packet.
+    let (mut sent, mut sent_bytes) = (0u64, 0u64);
     let res: Result<bool, VringError> = (|| {
-        let VqInner { ring, iov, uiov, heads, call, .. } = &mut *s;
+        let VqInner { ring, iov, uiov, heads, call, txb, .. } = &mut *s;
         let Some(ring) = ring.as_mut() else { return Ok(false) };
         ring.disable_notify(&m)?;
         loop {
             if pkts >= PKT_WEIGHT || bytes >= BYTE_WEIGHT {
-                flush(vq, ring, call, &heads[..nheads])?;
+                tx_flush(vq, ring, call, &heads[..nheads], txb, &sock)?;
                 return Ok(true);
             }
             let Some(c) = ring.pop(&m, &mem, iov)? else {
@@ -136,36 +160,67 @@ pub(crate) fn handle_tx(vq: &VirtQueue, s: &mut VqInner) -> bool {
             }
             let len = (c.out_len - hl) as usize;
             let n = to_user_iov(&iov[..c.out], hl, uiov);
-            match sock.send(&uiov[..n], len) {
-                Err(e) if e == EAGAIN || e == ENOBUFS => {
-                    ring.unpop(1);
-                    wait_space = true;
-                    break;
+            // Fast path: copy into a page fragment for one batched sendmsg.
+            let mut done = false;
+            if let (true, Some(b)) = (batching, txb.as_mut()) {
+                match b.add(&uiov[..n], len, sock_hlen) {
+                    Ok(()) => {
+                        sent += 1;
+                        sent_bytes += len as u64;
+                        done = true;
+                    }
+                    // Too big for a page: send what is batched first, to
+                    // keep the order, then this one the slow way.
+                    Err(e) if e == ENOSPC => {
+                        let k = b.len() as u64;
+                        if b.send(&sock).is_err() {
+                            Stats::add(&vq.stats.drops, k);
+                        }
+                    }
+                    Err(_) => {
+                        Stats::add(&vq.stats.drops, 1);
+                        done = true;
+                    }
                 }
-                Err(_) => Stats::add(&vq.stats.drops, 1),
-                Ok(_) => {
-                    Stats::add(&vq.stats.packets, 1);
-                    Stats::add(&vq.stats.bytes, len as u64);
+            }
+            if !done {
+                match sock.send(&uiov[..n], len) {
+                    Err(e) if e == EAGAIN || e == ENOBUFS => {
+                        ring.unpop(1);
+                        wait_space = true;
+                        break;
+                    }
+                    Err(_) => Stats::add(&vq.stats.drops, 1),
+                    Ok(_) => {
+                        sent += 1;
+                        sent_bytes += len as u64;
+                    }
                 }
             }
             heads[nheads] = (c.head, 0);
             nheads += 1;
             if nheads == MAX_BATCH {
-                flush(vq, ring, call, &heads[..nheads])?;
+                tx_flush(vq, ring, call, &heads[..nheads], txb, &sock)?;
                 nheads = 0;
             }
             pkts += 1;
             bytes += len as u64;
         }
-        flush(vq, ring, call, &heads[..nheads])?;
+        tx_flush(vq, ring, call, &heads[..nheads], txb, &sock)?;
         Ok(false)
     })();
+    Stats::add(&vq.stats.packets, sent);
+    Stats::add(&vq.stats.bytes, sent_bytes);
     if wait_space {
         vq.poll_tx_space(s);
     }
     match res {
         Ok(more) => more,
         Err(e) => {
+            // Whatever was batched still goes out; its chains were consumed.
+            if let (Some(b), Some(sock)) = (s.txb.as_mut(), s.backend.clone()) {
+                let _ = b.send(&sock);
+            }
             vq.fail(s, e);
             false
         }
@@ -181,11 +236,10 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
     let (vhost_hlen, sock_hlen) = hdr_lens(s.features);
     let mergeable = s.features & bit(feature::VIRTIO_NET_F_MRG_RXBUF) != 0;
     let m = OwnerMem;
+    let (mut pkts, mut bytes) = (0u64, 0u64);
     let res: Result<bool, VringError> = (|| {
         let VqInner { ring, iov, uiov, heads, call, .. } = &mut *s;
         let Some(ring) = ring.as_mut() else { return Ok(false) };
-        let mut pkts = 0u64;
-        let mut bytes = 0u64;
         loop {
             if pkts >= PKT_WEIGHT || bytes >= BYTE_WEIGHT {
                 return Ok(true);
@@ -267,12 +321,12 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
                 write_iov(&m, &iov[..seg], NUM_BUFFERS_OFF as u64, &nb)?;
             }
             flush(vq, ring, call, &heads[..nh])?;
-            Stats::add(&vq.stats.packets, 1);
-            Stats::add(&vq.stats.bytes, sock_len as u64);
             pkts += 1;
             bytes += sock_len as u64;
         }
     })();
+    Stats::add(&vq.stats.packets, pkts);
+    Stats::add(&vq.stats.bytes, bytes);
     match res {
         Ok(more) => more,
         Err(e) => {

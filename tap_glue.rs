@@ -15,11 +15,22 @@ use kernel::{
     sync::aref::ARef,
 };
 
+use core::ffi::{c_int, c_uint, c_void};
+
 extern "C" {
     // include/linux/if_tun.h: `struct socket *tun_get_socket(struct file *)`.
     // Declared with opaque pointers: the real types are not FFI-safe to
     // spell in an extern block.
-    fn tun_get_socket(file: *mut core::ffi::c_void) -> *mut core::ffi::c_void;
+    fn tun_get_socket(file: *mut c_void) -> *mut c_void;
+
+    // vnr_shim.c: TX batching (no bindings for xdp_buff / tun_msg_ctl).
+    fn vnr_xdp_buff_size() -> usize;
+    fn vnr_xdp_shinfo_size() -> c_uint;
+    fn vnr_xdp_rx_pad() -> c_uint;
+    fn vnr_xdp_prepare(xdp: *mut c_void, buf: *mut c_void, buflen: c_uint, pad: c_uint, datalen: c_uint);
+    fn vnr_xdp_data(xdp: *mut c_void) -> *mut c_void;
+    fn vnr_sock_can_batch(sock: *mut c_void) -> bool;
+    fn vnr_tun_send_batch(sock: *mut c_void, xdp: *mut c_void, n: c_uint) -> c_int;
 }
 
 /// A tap (tun with `IFF_TAP`) file used as a backend.
@@ -110,6 +121,12 @@ impl TapSocket {
         Ok(r as usize)
     }
 
+    /// Whether tun takes batches of prebuilt buffers (its default).
+    pub(crate) fn can_batch(&self) -> bool {
+        // SAFETY: `sock` is valid by the type invariant.
+        unsafe { vnr_sock_can_batch(self.sock.as_ptr().cast()) }
+    }
+
     /// Length of the next queued packet, without the tap's vnet header, or
     /// 0 if none is queued.
     pub(crate) fn peek_len(&self) -> usize {
@@ -122,5 +139,181 @@ impl TapSocket {
             }
         };
         usize::try_from(r).unwrap_or(0)
+    }
+}
+
+/// Packets a [`TxBatch`] holds before it must be sent (`VHOST_NET_BATCH`).
+pub(crate) const TX_BATCH: usize = 64;
+
+const SMP_CACHE_BYTES: usize = 64;
+const PAGE_SIZE: usize = 4096;
+
+const fn cache_align(x: usize) -> usize {
+    (x + SMP_CACHE_BYTES - 1) & !(SMP_CACHE_BYTES - 1)
+}
+
+/// Guest TX packets copied into page fragments and handed to tun in one
+/// `sendmsg` (`TUN_MSG_PTR`), which builds each skb around its fragment: the
+/// C driver's fast path for packets that fit in a page.
+///
+/// # Invariants
+///
+/// `xdp` holds `TX_BATCH` zero-initialised `struct xdp_buff`s of
+/// `xdp_size` bytes each; the first `n` describe fragments allocated from
+/// `frag` and owned by this batch until they are sent or freed.
+pub(crate) struct TxBatch {
+    frag: bindings::page_frag_cache,
+    xdp: KVec<u64>,
+    xdp_size: usize,
+    n: usize,
+    shinfo: usize,
+    rx_pad: usize,
+}
+
+// SAFETY: The fragment cache and the buffers are only touched by the worker
+// that holds the queue lock; nothing here is tied to a CPU or a task.
+unsafe impl Send for TxBatch {}
+
+impl TxBatch {
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: Pure functions returning compile-time constants of C.
+        let (xdp_size, shinfo, rx_pad) =
+            unsafe { (vnr_xdp_buff_size(), vnr_xdp_shinfo_size() as usize, vnr_xdp_rx_pad() as usize) };
+        let words = (xdp_size * TX_BATCH).div_ceil(8);
+        let mut xdp = KVec::with_capacity(words, GFP_KERNEL)?;
+        xdp.resize(words, 0u64, GFP_KERNEL)?;
+        Ok(Self {
+            // An all-zero cache is an empty one (`page_frag_cache_init`).
+            frag: bindings::page_frag_cache { encoded_page: 0, offset: 0, pagecnt_bias: 0 },
+            xdp,
+            xdp_size,
+            n: 0,
+            shinfo,
+            rx_pad,
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    fn slot(&mut self, i: usize) -> *mut c_void {
+        // In bounds: i < TX_BATCH and `xdp` holds TX_BATCH buffs.
+        self.xdp.as_mut_ptr().cast::<u8>().wrapping_add(i * self.xdp_size).cast()
+    }
+
+    /// Copies one packet of `len` bytes (the tap's vnet header of
+    /// `sock_hlen` bytes first) from the user buffers `iov` into a fragment.
+    /// `-ENOSPC` if it does not fit in a page: send it the slow way.
+    pub(crate) fn add(&mut self, iov: &[UserIov], len: usize, sock_hlen: usize) -> Result {
+        if self.n >= TX_BATCH {
+            return Err(ENOSPC);
+        }
+        if len < sock_hlen || len < sock_hlen + 14 {
+            return Err(EINVAL);
+        }
+        let pad = cache_align(self.rx_pad + sock_hlen);
+        let data = cache_align(len + pad);
+        if data + self.shinfo > PAGE_SIZE {
+            return Err(ENOSPC);
+        }
+        let buflen = data + self.shinfo;
+        // SAFETY: `frag` is a valid (possibly empty) cache owned by us; the
+        // mask asks for cache-line alignment, as the C driver does.
+        let buf = unsafe {
+            bindings::__page_frag_alloc_align(
+                &mut self.frag,
+                buflen as c_uint,
+                bindings::GFP_KERNEL,
+                !(SMP_CACHE_BYTES as c_uint - 1),
+            )
+        };
+        if buf.is_null() {
+            return Err(ENOMEM);
+        }
+        // SAFETY: `buf` is a fresh fragment of `buflen` bytes, ours alone.
+        let frag = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), buflen) };
+        let r = Self::fill(frag, iov, len, sock_hlen, pad);
+        if let Err(e) = r {
+            // SAFETY: `buf` came from `__page_frag_alloc_align`.
+            unsafe { bindings::page_frag_free(buf) };
+            return Err(e);
+        }
+        let slot = self.slot(self.n);
+        // SAFETY: `slot` is a zeroed xdp_buff of ours; the fragment layout is
+        // the one tun_xdp_one expects (header at the start, data at `pad`).
+        unsafe {
+            vnr_xdp_prepare(slot, buf, buflen as c_uint, pad as c_uint, (len - sock_hlen) as c_uint)
+        };
+        self.n += 1;
+        Ok(())
+    }
+
+    /// Lays one packet out in `frag`: the data at `pad`, the vnet header
+    /// (zeroes if the tap has none) at the start.
+    fn fill(frag: &mut [u8], iov: &[UserIov], len: usize, sock_hlen: usize, pad: usize) -> Result {
+        let mut off = pad - sock_hlen;
+        let end = off + len;
+        for v in iov {
+            if off == end {
+                break;
+            }
+            let n = core::cmp::min(v.len, end - off);
+            kernel::uaccess::UserSlice::new(kernel::uaccess::UserPtr::from_addr(v.base), n)
+                .reader()
+                .read_slice(&mut frag[off..off + n])?;
+            off += n;
+        }
+        if off != end {
+            return Err(EFAULT);
+        }
+        if sock_hlen == 0 {
+            frag[..pad].fill(0);
+            return Ok(());
+        }
+        let h = pad - sock_hlen;
+        // VIRTIO_NET_HDR_F_NEEDS_CSUM: the checksum must lie inside the
+        // headers tun will look at; widen hdr_len as the C driver does.
+        let rd = |f: &[u8], o: usize| u16::from_le_bytes([f[h + o], f[h + o + 1]]);
+        if frag[h] & 1 != 0 {
+            let need = u32::from(rd(frag, 6)) + u32::from(rd(frag, 8)) + 2;
+            if need > u32::from(rd(frag, 2)) {
+                if need as usize > len {
+                    return Err(EINVAL);
+                }
+                frag[h + 2..h + 4].copy_from_slice(&(need as u16).to_le_bytes());
+            }
+        }
+        frag.copy_within(h..h + sock_hlen, 0);
+        Ok(())
+    }
+
+    /// Hands the batch to tun. On failure the fragments are freed.
+    pub(crate) fn send(&mut self, sock: &TapSocket) -> Result {
+        if self.n == 0 {
+            return Ok(());
+        }
+        let n = self.n;
+        self.n = 0;
+        let base = self.slot(0);
+        // SAFETY: `base` points at `n` prepared xdp_buffs; tun takes
+        // ownership of their fragments whatever it returns.
+        let r = unsafe { vnr_tun_send_batch(sock.sock.as_ptr().cast(), base, n as c_uint) };
+        if r < 0 {
+            return Err(Error::from_errno(r));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TxBatch {
+    fn drop(&mut self) {
+        for i in 0..self.n {
+            let slot = self.slot(i);
+            // SAFETY: Unsent buffs still own their fragments.
+            unsafe { bindings::page_frag_free(vnr_xdp_data(slot)) };
+        }
+        // SAFETY: `frag` is ours; draining releases its cached page.
+        unsafe { bindings::page_frag_cache_drain(&mut self.frag) };
     }
 }

@@ -12,7 +12,7 @@
 
 use crate::glue::{EventFd, Poll, Waker, Work, EPOLLIN, EPOLLOUT};
 use crate::memory::Region;
-use crate::tap_glue::TapSocket;
+use crate::tap_glue::{TapSocket, TxBatch};
 use crate::uaccess::OwnerMem;
 use crate::uapi::{bit, feature};
 use crate::vring::{GuestMemory, Iov, RingFeatures, Vring, VringError, MAX_SEGMENTS};
@@ -113,6 +113,8 @@ pub(crate) struct VqInner {
     pub(crate) iov: KVec<Iov>,
     pub(crate) uiov: KVec<UserIov>,
     pub(crate) heads: KVec<(u16, u32)>,
+    /// TX only: packets waiting to go to tun in one batch.
+    pub(crate) txb: Option<TxBatch>,
 }
 
 /// Most used elements gathered before one `used->idx` update.
@@ -142,6 +144,7 @@ impl VirtQueue {
         uiov.resize(MAX_SEGMENTS, UserIov::default(), GFP_KERNEL)?;
         let mut heads = KVec::with_capacity(MAX_BATCH, GFP_KERNEL)?;
         heads.resize(MAX_BATCH, (0u16, 0u32), GFP_KERNEL)?;
+        let txb = if dir == Dir::Tx { Some(TxBatch::new()?) } else { None };
         Arc::pin_init(
             pin_init!(VirtQueue {
                 dir,
@@ -161,6 +164,7 @@ impl VirtQueue {
                     iov,
                     uiov,
                     heads,
+                    txb,
                 }),
             }),
             GFP_KERNEL,

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /* See vnr_shim.h. Each function is one single-copy-atomic user access. */
 #include <linux/uaccess.h>
+#include <linux/skbuff.h>
+#include <linux/if_tun.h>
+#include <linux/net.h>
+#include <net/sock.h>
+#include <net/xdp.h>
 #include "vnr_shim.h"
 
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val)
@@ -11,4 +16,49 @@ int vnr_get_user_u16(const u16 __user *uaddr, u16 *val)
 int vnr_put_user_u16(u16 __user *uaddr, u16 val)
 {
 	return put_user(val, uaddr);
+}
+
+size_t vnr_xdp_buff_size(void)
+{
+	return sizeof(struct xdp_buff);
+}
+
+unsigned int vnr_xdp_shinfo_size(void)
+{
+	return SKB_DATA_ALIGN(sizeof(struct skb_shared_info));
+}
+
+unsigned int vnr_xdp_rx_pad(void)
+{
+	return NET_IP_ALIGN + NET_SKB_PAD;
+}
+
+void vnr_xdp_prepare(void *xdp, void *buf, unsigned int buflen, unsigned int pad,
+		     unsigned int datalen)
+{
+	xdp_init_buff(xdp, buflen, NULL);
+	xdp_prepare_buff(xdp, buf, pad, datalen, true);
+}
+
+void *vnr_xdp_data(void *xdp)
+{
+	return ((struct xdp_buff *)xdp)->data;
+}
+
+/* tun takes batches when its socket's send buffer is unlimited (its default). */
+bool vnr_sock_can_batch(struct socket *sock)
+{
+	return READ_ONCE(sock->sk->sk_sndbuf) == INT_MAX;
+}
+
+int vnr_tun_send_batch(struct socket *sock, void *xdp, unsigned int n)
+{
+	struct tun_msg_ctl ctl = { .type = TUN_MSG_PTR, .num = n, .ptr = xdp };
+	struct msghdr msg = {
+		.msg_control = &ctl,
+		.msg_controllen = sizeof(ctl),
+		.msg_flags = MSG_DONTWAIT,
+	};
+
+	return sock->ops->sendmsg(sock, &msg, 0);
 }

@@ -14,4 +14,19 @@
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val);
 int vnr_put_user_u16(u16 __user *uaddr, u16 val);
 
+/*
+ * TX batching into tun (TUN_MSG_PTR), as drivers/vhost/net.c does it.
+ * struct xdp_buff and struct tun_msg_ctl have no Rust bindings, and the
+ * helpers that fill them are inline, so these four wrap exactly that.
+ */
+struct socket;
+size_t vnr_xdp_buff_size(void);
+unsigned int vnr_xdp_shinfo_size(void);
+unsigned int vnr_xdp_rx_pad(void);
+void vnr_xdp_prepare(void *xdp, void *buf, unsigned int buflen, unsigned int pad,
+		     unsigned int datalen);
+void *vnr_xdp_data(void *xdp);
+bool vnr_sock_can_batch(struct socket *sock);
+int vnr_tun_send_batch(struct socket *sock, void *xdp, unsigned int n);
+
 #endif

@@ -344,7 +344,9 @@ impl Vring {
                 return Err(VringError::LenOverflow);
             }
             let before = nseg;
-            memory::translate(regions, d.addr, u64::from(d.len), |seg| {
+            // One pass: on any error the whole chain is discarded.
+            d.addr.checked_add(u64::from(d.len)).ok_or(VringError::NotMapped)?;
+            memory::for_each_piece(regions, d.addr, u64::from(d.len), |seg| {
                 // A full iov array is reported as TooMany and mapped below.
                 let slot = iov.get_mut(nseg).ok_or(MemError::TooMany)?;
                 *slot = Iov { addr: seg.uaddr, len: seg.len };

@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bench: data-path throughput and latency of a vhost device, or of the
+ * userspace baseline, driven by the selftest harness. Prints one JSON object
+ * per run; scripts/bench runs it for every backend and aggregates.
+ *
+ *   bench -b rs|c|user -m tx|rx|lat|bidir [-s BYTES] [-t SECS] [-q PAIRS]
+ *
+ * tx     guest TX: frames are posted as fast as the ring takes them; the tap
+ *        delivers them to the host stack, which drops them (unknown type).
+ * rx     guest RX: a sender thread injects frames into each tap through
+ *        AF_PACKET; the guest side reposts buffers as they fill.
+ * bidir  both at once, on every queue pair.
+ * lat    one frame at a time: guest TX -> tap -> a reflector on the tap's
+ *        far side -> tap -> guest RX; the round trip is timed.
+ *
+ * "user" is the baseline without vhost: a device thread in this process
+ * moves frames between the rings and the tap fd with read()/write(), as
+ * QEMU's userspace virtio-net does.
+ *
+ * Worker CPU time per packet comes from /proc/self/task/TID/schedstat of
+ * the vhost worker threads (they are threads of this process), or of the
+ * device thread for "user".
+ */
+#include "harness.h"
+#include <dirent.h>
+#include <pthread.h>
+
+#define MAXQ 4
+
+static const char *backend = "rs", *mode = "tx";
+static size_t size = 64;
+static double secs = 2.0;
+static int nq = 1;
+static volatile int stop;
+
+struct pair {
+	struct h_dev d;
+	uint64_t tx_pkts, rx_pkts, bytes;
+	uint64_t lat_ns[4096];
+	int nlat;
+	pthread_t dev_thr, src_thr;
+};
+
+static struct pair pairs[MAXQ];
+
+static const char *dev_node(void)
+{
+	return !strcmp(backend, "c") ? "/dev/vhost-net" : "/dev/vhost-net-rs";
+}
+
+/* ---- the userspace baseline: a device thread serving the rings -------- */
+
+static bool dev_has_avail(struct h_vq *v, uint16_t *last)
+{
+	return __atomic_load_n(&v->vr.avail->idx, __ATOMIC_ACQUIRE) != *last;
+}
+
+static void dev_used(struct h_vq *v, uint16_t *used, uint32_t id, uint32_t len)
+{
+	v->vr.used->ring[*used % v->num] = (struct vring_used_elem){ id, len };
+	__atomic_store_n(&v->vr.used->idx, (uint16_t)(*used + 1), __ATOMIC_RELEASE);
+	(*used)++;
+}
+
+static void *user_device(void *arg)
+{
+	struct pair *p = arg;
+	struct h_dev *d = &p->d;
+	struct h_vq *rx = &d->vq[0], *tx = &d->vq[1];
+	uint16_t rx_last = rx->avail_idx, rx_used = rx->avail_idx;
+	uint16_t tx_last = tx->avail_idx, tx_used = tx->avail_idx;
+	struct pollfd pf[3] = { { rx->kick, POLLIN, 0 }, { tx->kick, POLLIN, 0 }, { d->tap, POLLIN, 0 } };
+	uint64_t junk;
+
+	while (!stop) {
+		bool busy = false;
+
+		while (dev_has_avail(tx, &tx_last)) {
+			uint16_t head = tx->vr.avail->ring[tx_last % tx->num];
+			struct vring_desc *ds = &tx->vr.desc[head];
+			/* the tap carries the vnet header itself */
+			if (write(d->tap, h_ptr(d, ds->addr), ds->len) < 0 && errno == EAGAIN)
+				break;
+			dev_used(tx, &tx_used, head, 0);
+			tx_last++;
+			busy = true;
+		}
+		while (dev_has_avail(rx, &rx_last)) {
+			uint16_t head = rx->vr.avail->ring[rx_last % rx->num];
+			struct vring_desc *ds = &rx->vr.desc[head];
+			ssize_t n = read(d->tap, h_ptr(d, ds->addr), ds->len);
+
+			if (n <= 0)
+				break;
+			if (d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF))
+				*(uint16_t *)((uint8_t *)h_ptr(d, ds->addr) + 10) = 1;
+			dev_used(rx, &rx_used, head, n);
+			rx_last++;
+			busy = true;
+		}
+		if (!busy) {
+			poll(pf, 3, 10);
+			/* consume the kicks; the rings are rescanned anyway */
+			if (pf[0].revents & POLLIN)
+				junk = read(rx->kick, &junk, 8);
+			if (pf[1].revents & POLLIN)
+				junk = read(tx->kick, &junk, 8);
+		}
+	}
+	return NULL;
+}
+
+static int setup_pair(struct pair *p)
+{
+	struct h_opts o = { .dev = dev_node(), .num = 256, .event_idx = true, .indirect = true,
+			    .mrg_rxbuf = true, .version_1 = true, .tap_offload = -1 };
+
+	if (!strcmp(backend, "user")) {
+		/* Everything but attaching a vhost device: setup opens the
+		 * vhost node, so point it at the rs node and then detach. */
+		int r = h_setup(&p->d, &o);
+		struct vhost_vring_file b = { .index = 0, .fd = -1 };
+
+		if (r)
+			return r;
+		ioctl(p->d.fd, VHOST_NET_SET_BACKEND, &b);
+		b.index = 1;
+		ioctl(p->d.fd, VHOST_NET_SET_BACKEND, &b);
+		close(p->d.fd);
+		p->d.fd = -1;
+		return pthread_create(&p->dev_thr, NULL, user_device, p) ? -1 : 0;
+	}
+	return h_setup(&p->d, &o);
+}
+
+/* ---- guest side ------------------------------------------------------- */
+
+static void tx_fill(struct pair *p)
+{
+	struct h_dev *d = &p->d;
+	struct h_vq *v = &d->vq[1];
+	int posted = 0;
+
+	while (h_used_pending(d, 1)) {
+		h_take_used(d, 1);
+		p->tx_pkts++;
+		p->bytes += size;
+	}
+	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
+		uint16_t head = v->avail_idx % v->num;
+		uint64_t buf = h_buf(d, 1, head);
+
+		v->vr.desc[head] = (struct vring_desc){ buf, d->hdr_len + size, 0, 0 };
+		h_publish(d, 1, head);
+		posted++;
+	}
+	if (posted)
+		h_kick(d, 1);
+}
+
+static void rx_fill_all(struct pair *p)
+{
+	struct h_dev *d = &p->d;
+	struct h_vq *v = &d->vq[0];
+	int posted = 0;
+
+	while (h_used_pending(d, 0)) {
+		h_take_used(d, 0);
+		p->rx_pkts++;
+		p->bytes += size;
+	}
+	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
+		uint16_t head = v->avail_idx % v->num;
+
+		v->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), v->buf_size, VRING_DESC_F_WRITE, 0 };
+		h_publish(d, 0, head);
+		posted++;
+	}
+	if (posted)
+		h_kick(d, 0);
+}
+
+static void *rx_source(void *arg)
+{
+	struct pair *p = arg;
+	uint8_t frame[2048];
+	uint32_t seq = 0;
+
+	h_frame(frame, 0, size);
+	while (!stop) {
+		memcpy(frame + 14, &seq, 4);
+		if (send(p->d.pkt, frame, size, MSG_DONTWAIT) < 0) {
+			if (errno == EAGAIN || errno == ENOBUFS)
+				usleep(20);
+			continue;
+		}
+		seq++;
+	}
+	return NULL;
+}
+
+/* Round trip: one frame out on TX, reflected on the tap, back on RX. */
+static void run_lat(struct pair *p, uint64_t end)
+{
+	struct h_dev *d = &p->d;
+	uint8_t buf[2048];
+
+	rx_fill_all(p);
+	while (h_now_ns() < end && p->nlat < 4096) {
+		uint64_t t0 = h_now_ns();
+		struct pollfd pf = { .fd = d->pkt, .events = POLLIN };
+		ssize_t n;
+		struct h_vq *v = &d->vq[1];
+		uint16_t head = v->avail_idx % v->num;
+		uint64_t b = h_buf(d, 1, head);
+
+		memset(h_ptr(d, b), 0, d->hdr_len);
+		h_frame((uint8_t *)h_ptr(d, b) + d->hdr_len, p->nlat, size);
+		v->vr.desc[head] = (struct vring_desc){ b, d->hdr_len + size, 0, 0 };
+		h_publish(d, 1, head);
+		h_kick(d, 1);
+		/* the reflector: read it off the tap and send it back in */
+		if (poll(&pf, 1, 1000) != 1)
+			break;
+		n = recv(d->pkt, buf, sizeof(buf), 0);
+		if (n <= 0 || send(d->pkt, buf, n, 0) != n)
+			break;
+		if (h_wait_used(d, 0, 1, 1000))
+			break;
+		p->lat_ns[p->nlat++] = h_now_ns() - t0;
+		h_take_used(d, 0);
+		while (h_used_pending(d, 1))
+			h_take_used(d, 1);
+		rx_fill_all(p);
+	}
+}
+
+/* CPU time (user + system) of the data-path threads of this process: the
+ * vhost workers ("vhost-net-rs-*", or the C driver's "vhost-PID"), or the
+ * baseline's device threads ("vnr-dev"). From /proc/self/task/TID/stat, so
+ * it needs no schedstats; resolution is one clock tick. */
+static uint64_t worker_cpu_ns(void)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t total = 0;
+	struct dirent *e;
+	DIR *dir = opendir("/proc/self/task");
+
+	if (!dir)
+		return 0;
+	while ((e = readdir(dir))) {
+		char path[300], buf[1024], *p;
+		unsigned long long ut, st;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		p = fgets(buf, sizeof(buf), f);
+		fclose(f);
+		if (!p)
+			continue;
+		/* "tid (comm) state ..." with utime, stime as fields 14, 15 */
+		p = strchr(buf, '(');
+		if (!p || (strncmp(p + 1, "vhost", 5) && strncmp(p + 1, "vnr-dev", 7)))
+			continue;
+		p = strrchr(buf, ')');
+		if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+			continue;
+		total += (ut + st) * (1000000000ULL / hz);
+	}
+	closedir(dir);
+	return total;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t t0, t1, end, cpu0, cpu1, pk = 0, by = 0;
+	int c, i;
+
+	while ((c = getopt(argc, argv, "b:m:s:t:q:h")) != -1) {
+		switch (c) {
+		case 'b': backend = optarg; break;
+		case 'm': mode = optarg; break;
+		case 's': size = strtoul(optarg, NULL, 0); break;
+		case 't': secs = atof(optarg); break;
+		case 'q': nq = atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir [-s BYTES] [-t SECS] [-q PAIRS]\n");
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	if (nq < 1 || nq > MAXQ || size < 60 || size > 1514) {
+		fprintf(stderr, "bench: -q must be 1..%d and -s 60..1514\n", MAXQ);
+		return 2;
+	}
+	for (i = 0; i < nq; i++) {
+		int r = setup_pair(&pairs[i]);
+
+		if (r) {
+			fprintf(stderr, "bench: setup of pair %d on %s failed: %s\n", i, backend, strerror(-r));
+			return 1;
+		}
+		if (pairs[i].dev_thr)
+			pthread_setname_np(pairs[i].dev_thr, "vnr-dev");
+	}
+	cpu0 = worker_cpu_ns();
+	t0 = h_now_ns();
+	end = t0 + (uint64_t)(secs * 1e9);
+	if (!strcmp(mode, "lat")) {
+		run_lat(&pairs[0], end);
+	} else {
+		bool tx = !strcmp(mode, "tx") || !strcmp(mode, "bidir");
+		bool rx = !strcmp(mode, "rx") || !strcmp(mode, "bidir");
+
+		for (i = 0; i < nq && rx; i++)
+			pthread_create(&pairs[i].src_thr, NULL, rx_source, &pairs[i]);
+		while (h_now_ns() < end) {
+			for (i = 0; i < nq; i++) {
+				if (tx)
+					tx_fill(&pairs[i]);
+				if (rx)
+					rx_fill_all(&pairs[i]);
+			}
+			usleep(50);
+		}
+	}
+	t1 = h_now_ns();
+	cpu1 = worker_cpu_ns();
+	stop = 1;
+	for (i = 0; i < nq; i++) {
+		if (pairs[i].src_thr)
+			pthread_join(pairs[i].src_thr, NULL);
+		if (pairs[i].dev_thr)
+			pthread_join(pairs[i].dev_thr, NULL);
+		pk += pairs[i].tx_pkts + pairs[i].rx_pkts;
+		by += pairs[i].bytes;
+	}
+	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"secs\":%.3f",
+	       backend, mode, size, nq, (t1 - t0) / 1e9);
+	if (!strcmp(mode, "lat")) {
+		struct pair *p = &pairs[0];
+
+		qsort(p->lat_ns, p->nlat, sizeof(uint64_t), cmp_u64);
+		printf(",\"samples\":%d,\"rtt_us_p50\":%.2f,\"rtt_us_p99\":%.2f", p->nlat,
+		       p->nlat ? p->lat_ns[p->nlat / 2] / 1e3 : 0.0,
+		       p->nlat ? p->lat_ns[p->nlat * 99 / 100] / 1e3 : 0.0);
+		pk = p->nlat * 2;
+	} else {
+		printf(",\"packets\":%llu,\"pps\":%.0f,\"mbps\":%.1f", (unsigned long long)pk,
+		       pk / ((t1 - t0) / 1e9), by * 8 / ((t1 - t0) / 1e3));
+	}
+	printf(",\"worker_cpu_ns_per_pkt\":%.0f}\n", pk ? (double)(cpu1 - cpu0) / pk : 0.0);
+	for (i = 0; i < nq; i++)
+		h_teardown(&pairs[i].d);
+	return 0;
+}
