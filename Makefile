@@ -10,6 +10,9 @@
 #   make demo            build, boot the VM, load the module, show the device
 #   make shell           interactive shell in the test VM
 #   make host-test       cargo unit tests of the ring/memory code on the host
+#   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer)
+#   make soak MINUTES=N  bidirectional flood with every payload checked
+#   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make clean
 
 # The build runs inside the kernel's own make (M=); everything below this
@@ -21,9 +24,9 @@ else
 SHELL := /bin/bash
 ROOT  := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 KDIR  ?= $(shell $(ROOT)/scripts/kdir 2>/dev/null)
-KFLAGS := $(shell source $(ROOT)/scripts/lib.sh && vnr_kmake_flags)
+KFLAGS := $(shell KDIR=$(KDIR) && source $(ROOT)/scripts/lib.sh && KDIR=$(KDIR) vnr_kmake_flags)
 
-.PHONY: all modules clean setup check check-debug demo shell host-test kdir-check
+.PHONY: all modules clean setup check check-debug demo bench bench-nic shell host-test fuzz soak kdir-check
 
 all: modules
 
@@ -48,12 +51,27 @@ check-debug:
 	$(ROOT)/selftests/run --debug
 
 demo:
-	$(ROOT)/scripts/demo
+	$(ROOT)/scripts/demo $(ARGS)
+
+bench:
+	$(ROOT)/scripts/bench $(ARGS)
+
+bench-nic:
+	$(ROOT)/scripts/nicbench $(ARGS)
 
 shell:
 	$(ROOT)/scripts/vm --shell
 
 host-test:
-	cd $(ROOT)/tests/host && cargo test --quiet
+	cd $(ROOT)/tests/host && cargo test --release --quiet
+
+FUZZ_SECS ?= 60
+fuzz:
+	cd $(ROOT)/tests/host/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run vring corpus/vring -- \
+		-max_total_time=$(FUZZ_SECS)
+
+MINUTES ?= 10
+soak:
+	$(ROOT)/scripts/soak $(MINUTES)
 
 endif

@@ -10,6 +10,7 @@ VNR_CACHE=${VNR_CACHE:-/var/cache/vhost-net-rs}
 VNR_VENV=${VNR_VENV:-$VNR_CACHE/venv}
 # Pinned so a fresh machine gets the toolchain this tree was tested with.
 VNR_BINDGEN_VERSION=${VNR_BINDGEN_VERSION:-0.72.1}
+VNR_CARGO_FUZZ_VERSION=${VNR_CARGO_FUZZ_VERSION:-0.13.2}
 VNR_RUSTC=${VNR_RUSTC:-/usr/bin/rustc}
 VNR_BINDGEN=${VNR_BINDGEN:-$HOME/.cargo/bin/bindgen}
 export LIBCLANG_PATH=${LIBCLANG_PATH:-/usr/lib/llvm-19/lib}
@@ -19,10 +20,18 @@ die()  { printf '\033[1;31m[%s] error:\033[0m %s\n' "${VNR_TAG:-vhost-net-rs}" "
 
 # Kernel make flags for the Rust toolchain we depend on. The rustup toolchain
 # in ~/.cargo has no rust-src, so the kernel must use Debian's rustc-web.
+# A tree built with clang (the debug variant: KASAN with Rust needs
+# CC_IS_CLANG) carries a .vnr-llvm marker, and its modules must be built
+# with the same compiler.
 vnr_kmake_flags() {
 	printf '%s\n' "RUSTC=$VNR_RUSTC" "BINDGEN=$VNR_BINDGEN" \
 		"HOSTRUSTC=$VNR_RUSTC" "RUSTDOC=/usr/bin/rustdoc" "RUSTFMT=/usr/bin/rustfmt" \
-		"CLIPPY_DRIVER=/usr/bin/clippy-driver" "CC=gcc"
+		"CLIPPY_DRIVER=/usr/bin/clippy-driver"
+	if [ -n "${KDIR:-}" ] && [ -f "$KDIR/.vnr-llvm" ]; then
+		echo "LLVM=$(cat "$KDIR/.vnr-llvm")"
+	else
+		echo "CC=gcc"
+	fi
 }
 
 # The test kernel's build directory. `scripts/setup` records the path of the

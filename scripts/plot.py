@@ -9,9 +9,12 @@ Draws one panel per metric, one bar per series, with the value on each bar.
 Uses Debian's python3-matplotlib (scripts/setup installs it).
 """
 import json
+import os
 import sys
+import tempfile
 
-import matplotlib
+os.environ.setdefault("MPLCONFIGDIR", os.path.join(tempfile.gettempdir(), "vnr-matplotlib"))
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

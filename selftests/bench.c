@@ -13,6 +13,9 @@
  * bidir  both at once, on every queue pair.
  * lat    one frame at a time: guest TX -> tap -> a reflector on the tap's
  *        far side -> tap -> guest RX; the round trip is timed.
+ * mem    kernel memory per device: Slab + VmallocUsed + KernelStack from
+ *        /proc/meminfo before and after setting up 32 devices (each with
+ *        its tap, which costs the same on every backend).
  *
  * "user" is the baseline without vhost: a device thread in this process
  * moves frames between the rings and the tap fd with read()/write(), as
@@ -277,6 +280,62 @@ static uint64_t worker_cpu_ns(void)
 	return total;
 }
 
+static long long meminfo_kb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char k[64];
+	long long v, total = 0;
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %lld kB\n", k, &v) == 2)
+		if (!strcmp(k, "Slab:") || !strcmp(k, "VmallocUsed:") || !strcmp(k, "KernelStack:"))
+			total += v;
+	fclose(f);
+	return total;
+}
+
+static void drop_caches(void)
+{
+	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+
+	if (fd >= 0) {
+		if (write(fd, "3", 1) < 0)
+			perror("drop_caches");
+		close(fd);
+	}
+	usleep(300 * 1000);
+}
+
+/* Kernel memory per configured device (with its tap), in bytes. */
+static int run_mem(void)
+{
+	enum { N = 32 };
+	static struct pair ps[N];
+	long long before, after;
+	int i;
+
+	drop_caches();
+	before = meminfo_kb();
+	for (i = 0; i < N; i++) {
+		if (setup_pair(&ps[i])) {
+			fprintf(stderr, "bench: mem: setup %d failed\n", i);
+			return 1;
+		}
+	}
+	drop_caches();
+	after = meminfo_kb();
+	stop = 1;
+	for (i = 0; i < N; i++) {
+		if (ps[i].dev_thr)
+			pthread_join(ps[i].dev_thr, NULL);
+		h_teardown(&ps[i].d);
+	}
+	printf("{\"backend\":\"%s\",\"mode\":\"mem\",\"devices\":%d,\"bytes_per_device\":%.0f}\n",
+	       backend, N, (after - before) * 1024.0 / N);
+	return 0;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -297,10 +356,12 @@ int main(int argc, char **argv)
 		case 't': secs = atof(optarg); break;
 		case 'q': nq = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir [-s BYTES] [-t SECS] [-q PAIRS]\n");
+			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|mem [-s BYTES] [-t SECS] [-q PAIRS]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
+	if (!strcmp(mode, "mem"))
+		return run_mem();
 	if (nq < 1 || nq > MAXQ || size < 60 || size > 1514) {
 		fprintf(stderr, "bench: -q must be 1..%d and -s 60..1514\n", MAXQ);
 		return 2;

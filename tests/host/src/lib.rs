@@ -14,3 +14,8 @@ pub mod testmem;
 mod memory_tests;
 #[cfg(test)]
 mod vring_tests;
+#[cfg(test)]
+mod random_tests;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
+

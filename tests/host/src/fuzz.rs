@@ -1,0 +1,134 @@
+//! Structure-aware fuzzing of the split-ring parser: the input is a ring
+//! (size, features, descriptor table, avail ring, indices) plus a sequence
+//! of device operations, with the guest allowed to scribble between them.
+//! Every accepted chain must stay inside guest memory and the iov array.
+//! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
+use arbitrary::Arbitrary;
+use crate::memory::{validate, Region};
+use crate::testmem::TestMem;
+use crate::vring::*;
+
+#[derive(Arbitrary, Debug)]
+pub struct D {
+    pub addr: u32,
+    pub len: u16,
+    pub flags: u8,
+    pub next: u8,
+    pub wild: bool,
+}
+
+#[derive(Arbitrary, Debug)]
+pub enum Op {
+    Pop,
+    AddUsed(u8),
+    Notify,
+    EnableNotify,
+    DisableNotify,
+    Unpop(u8),
+    /// The guest writes a 16-bit value somewhere in the ring area.
+    Scribble(u16, u16),
+    /// The guest moves avail->idx.
+    Avail(u8),
+}
+
+#[derive(Arbitrary, Debug)]
+pub struct Input {
+    pub num_shift: u8,
+    pub feats: u8,
+    pub base: u16,
+    pub iov_len: u16,
+    pub descs: Vec<D>,
+    pub avail: Vec<u8>,
+    pub indirect: Vec<D>,
+    pub ops: Vec<Op>,
+}
+
+const BASE: u64 = 0x1000_0000;
+const MEM: usize = 1 << 20;
+
+fn put_desc(mem: &TestMem, at: u64, d: &D) {
+    let addr = if d.wild { u64::from(d.addr) << 20 } else { u64::from(d.addr) % 0xc0000 };
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&addr.to_le_bytes());
+    b[8..12].copy_from_slice(&u32::from(d.len).to_le_bytes());
+    b[12..14].copy_from_slice(&u16::from(d.flags & 7).to_le_bytes());
+    b[14..].copy_from_slice(&u16::from(d.next).to_le_bytes());
+    mem.put(at, &b);
+}
+
+/// Runs one fuzz input; panics on any broken invariant.
+pub fn run(inp: Input) {
+    let mem = TestMem::new(BASE, MEM);
+    let mut regions = vec![
+        Region::new(0, 0x40000, BASE, 1 << 47).unwrap(),
+        Region::new(0x80000, 0x40000, BASE + 0x80000, 1 << 47).unwrap(),
+    ];
+    validate(&mut regions, 64).unwrap();
+    let num = 1u32 << (inp.num_shift % 8);
+    let feats = RingFeatures {
+        event_idx: inp.feats & 1 != 0,
+        indirect: inp.feats & 2 != 0,
+        notify_on_empty: inp.feats & 4 != 0,
+    };
+    let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
+    for (i, d) in inp.descs.iter().take(num as usize).enumerate() {
+        put_desc(&mem, desc + 16 * i as u64, d);
+    }
+    for (i, d) in inp.indirect.iter().take(64).enumerate() {
+        put_desc(&mem, BASE + 0x8000 + 16 * i as u64, d);
+    }
+    for (i, h) in inp.avail.iter().take(num as usize).enumerate() {
+        mem.put_u16(avail + 4 + 2 * i as u64, u16::from(*h));
+    }
+    mem.put_u16(avail + 2, inp.base);
+    let mut ring = Vring::new(num, desc, avail, used, inp.base, feats).unwrap();
+    let mut iov = vec![Iov::default(); 1 + usize::from(inp.iov_len) % MAX_SEGMENTS];
+    let mut outstanding: u64 = 0;
+    for op in inp.ops.iter().take(256) {
+        match *op {
+            Op::Pop => {
+                let before = ring.last_avail_idx;
+                match ring.pop(&mem, &regions, &mut iov) {
+                    Ok(None) => {}
+                    Err(_) => assert_eq!(ring.last_avail_idx, before),
+                    Ok(Some(c)) => {
+                        assert!(u32::from(c.head) < num);
+                        assert!(c.out + c.inn <= iov.len());
+                        let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
+                        assert_eq!(total, c.out_len + c.in_len);
+                        for s in &iov[..c.out + c.inn] {
+                            assert!(regions.iter().any(|g| s.addr >= g.uaddr && s.addr + s.len <= g.uaddr + g.size));
+                        }
+                        outstanding += 1;
+                    }
+                }
+            }
+            Op::AddUsed(n) => {
+                let heads: Vec<(u16, u32)> = (0..u16::from(n % 4)).map(|i| (i, 0)).collect();
+                let _ = ring.add_used(&mem, &heads);
+            }
+            Op::Notify => {
+                let _ = ring.should_notify(&mem);
+            }
+            Op::EnableNotify => {
+                let _ = ring.enable_notify(&mem);
+            }
+            Op::DisableNotify => {
+                let _ = ring.disable_notify(&mem);
+            }
+            Op::Unpop(n) => {
+                let n = u64::from(n).min(outstanding);
+                ring.unpop(n as u16);
+                outstanding -= n;
+            }
+            Op::Scribble(at, v) => {
+                let at = BASE + 0x1000 + (u64::from(at) % 0x6000) & !1;
+                mem.put_u16(at, v);
+            }
+            Op::Avail(d) => {
+                let cur = mem.get_u16(avail + 2);
+                mem.put_u16(avail + 2, cur.wrapping_add(u16::from(d)));
+            }
+        }
+    }
+}
