@@ -236,7 +236,7 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
     let (vhost_hlen, sock_hlen) = hdr_lens(s.features);
     let mergeable = s.features & bit(feature::VIRTIO_NET_F_MRG_RXBUF) != 0;
     let m = OwnerMem;
-    let (mut pkts, mut bytes) = (0u64, 0u64);
+    let (mut pkts, mut delivered, mut bytes) = (0u64, 0u64, 0u64);
     let res: Result<bool, VringError> = (|| {
         let VqInner { ring, iov, uiov, heads, call, .. } = &mut *s;
         let Some(ring) = ring.as_mut() else { return Ok(false) };
@@ -292,19 +292,27 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
             if nh == usize::MAX {
                 continue; // buffers arrived while enabling notifications
             }
+            // Every packet taken off the tap counts toward the weight,
+            // dropped ones included, so no run can go on forever.
+            pkts += 1;
             if too_small {
                 // CVE-2014-0077: a packet larger than the guest's buffers is
                 // dropped whole, never written past them.
                 ring.unpop(nh as u16);
-                let _ = sock.recv(&[], 0, true);
+                sock.discard();
                 Stats::add(&vq.stats.drops, 1);
                 continue;
             }
             let n = to_user_iov(&iov[..seg], vhost_hlen as u64, uiov);
             match sock.recv(&uiov[..n], sock_len, true) {
                 Ok(r) if r == sock_len => {}
-                _ => {
-                    // Truncated or vanished: drop it, keep the buffers.
+                r => {
+                    // Truncated or vanished: drop it, keep the buffers. A
+                    // read of nothing leaves the packet queued; drop it so
+                    // the next run does not meet it again.
+                    if matches!(r, Ok(0)) {
+                        sock.discard();
+                    }
                     ring.unpop(nh as u16);
                     Stats::add(&vq.stats.drops, 1);
                     continue;
@@ -321,11 +329,11 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
                 write_iov(&m, &iov[..seg], NUM_BUFFERS_OFF as u64, &nb)?;
             }
             flush(vq, ring, call, &heads[..nh])?;
-            pkts += 1;
+            delivered += 1;
             bytes += sock_len as u64;
         }
     })();
-    Stats::add(&vq.stats.packets, pkts);
+    Stats::add(&vq.stats.packets, delivered);
     Stats::add(&vq.stats.bytes, bytes);
     match res {
         Ok(more) => more,

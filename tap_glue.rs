@@ -121,6 +121,28 @@ impl TapSocket {
         Ok(r as usize)
     }
 
+    /// Drops the next queued packet: reads one byte of it into a kernel
+    /// scratch byte with `MSG_TRUNC`. (tun does not consume a packet on a
+    /// zero-length read, so "read nothing" would leave it queued forever.)
+    pub(crate) fn discard(&self) {
+        let mut byte = 0u8;
+        let kv = bindings::kvec { iov_base: core::ptr::from_mut(&mut byte).cast(), iov_len: 1 };
+        // SAFETY: As in `msg`, a zeroed msghdr is the empty message.
+        let mut m: bindings::msghdr = unsafe { core::mem::zeroed() };
+        let flags = bindings::MSG_DONTWAIT | bindings::MSG_TRUNC;
+        m.msg_flags = flags;
+        // SAFETY: `kv` describes one byte of our stack, valid for the call.
+        unsafe { bindings::iov_iter_kvec(&mut m.msg_iter, bindings::ITER_DEST, &kv, 1, 1) };
+        let s = self.sock.as_ptr();
+        // SAFETY: `s` is valid by the type invariant; the iterator points at
+        // kernel memory that outlives the call.
+        unsafe {
+            if let Some(f) = (*(*s).ops).recvmsg {
+                f(s, &mut m, 1, flags as i32);
+            }
+        }
+    }
+
     /// Whether tun takes batches of prebuilt buffers (its default).
     pub(crate) fn can_batch(&self) -> bool {
         // SAFETY: `sock` is valid by the type invariant.
