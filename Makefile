@@ -12,6 +12,7 @@
 #   make host-test       cargo unit tests of the ring/memory code on the host
 #   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer)
 #   make soak MINUTES=N  bidirectional flood with every payload checked
+#   make check-e2e       make check with the whole end-to-end set (7 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make clean
 
@@ -26,7 +27,7 @@ ROOT  := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 KDIR  ?= $(shell $(ROOT)/scripts/kdir 2>/dev/null)
 KFLAGS := $(shell KDIR=$(KDIR) && source $(ROOT)/scripts/lib.sh && KDIR=$(KDIR) vnr_kmake_flags)
 
-.PHONY: all modules clean setup check check-debug demo bench bench-nic shell host-test fuzz soak kdir-check
+.PHONY: all modules clean setup check check-e2e check-debug demo bench bench-nic shell host-test fuzz soak kdir-check
 
 all: modules
 
@@ -46,6 +47,9 @@ setup:
 
 check:
 	$(ROOT)/selftests/run
+
+check-e2e:
+	VNR_E2E=full $(ROOT)/selftests/run
 
 check-debug:
 	$(ROOT)/selftests/run --debug
