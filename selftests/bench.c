@@ -280,32 +280,7 @@ static uint64_t worker_cpu_ns(void)
 	return total;
 }
 
-static long long meminfo_kb(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char k[64];
-	long long v, total = 0;
-
-	if (!f)
-		return -1;
-	while (fscanf(f, "%63s %lld kB\n", k, &v) == 2)
-		if (!strcmp(k, "Slab:") || !strcmp(k, "VmallocUsed:") || !strcmp(k, "KernelStack:"))
-			total += v;
-	fclose(f);
-	return total;
-}
-
-static void drop_caches(void)
-{
-	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
-
-	if (fd >= 0) {
-		if (write(fd, "3", 1) < 0)
-			perror("drop_caches");
-		close(fd);
-	}
-	usleep(300 * 1000);
-}
+static const char *const mem_keys[] = { "Slab:", "VmallocUsed:", "KernelStack:", NULL };
 
 /* Kernel memory per configured device (with its tap), in bytes. */
 static int run_mem(void)
@@ -315,16 +290,16 @@ static int run_mem(void)
 	long long before, after;
 	int i;
 
-	drop_caches();
-	before = meminfo_kb();
+	h_settle();
+	before = h_meminfo_kb(mem_keys);
 	for (i = 0; i < N; i++) {
 		if (setup_pair(&ps[i])) {
 			fprintf(stderr, "bench: mem: setup %d failed\n", i);
 			return 1;
 		}
 	}
-	drop_caches();
-	after = meminfo_kb();
+	h_settle();
+	after = h_meminfo_kb(mem_keys);
 	stop = 1;
 	for (i = 0; i < N; i++) {
 		if (ps[i].dev_thr)

@@ -341,27 +341,6 @@ TEST(backend_detach_stops_traffic)
 	h_teardown(&d);
 }
 
-static uint64_t fdinfo_u64(struct h_dev *d, const char *vq, const char *name)
-{
-	char path[64], buf[4096], *p;
-	ssize_t n;
-	int f;
-
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d->fd);
-	f = open(path, O_RDONLY);
-	if (f < 0)
-		return ~0ULL;
-	n = read(f, buf, sizeof(buf) - 1);
-	close(f);
-	if (n <= 0)
-		return ~0ULL;
-	buf[n] = 0;
-	p = strstr(buf, vq);
-	if (!p || !(p = strstr(p, name)))
-		return ~0ULL;
-	return strtoull(p + strlen(name), NULL, 10);
-}
-
 /* RX with no buffers posted must wait for the guest: no drop, no spin. */
 TEST(rx_without_buffers_waits)
 {
@@ -372,14 +351,14 @@ TEST(rx_without_buffers_waits)
 	int i;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	w0 = fdinfo_u64(&d, "vq0:", "wakeups=");
+	w0 = h_fdinfo_u64(&d, "vq0:", "wakeups=");
 	for (i = 0; i < 5; i++) {
 		h_frame(frame, i, 100);
 		ASSERT_EQ(100, send(d.pkt, frame, 100, 0));
 	}
 	usleep(500 * 1000);
-	w1 = fdinfo_u64(&d, "vq0:", "wakeups=");
-	EXPECT_EQ(0, fdinfo_u64(&d, "vq0:", "drops="));
+	w1 = h_fdinfo_u64(&d, "vq0:", "wakeups=");
+	EXPECT_EQ(0, h_fdinfo_u64(&d, "vq0:", "drops="));
 	/* One wakeup per arriving packet at most, not a busy loop. */
 	EXPECT_LE(w1 - w0, 20) TH_LOG("%llu wakeups while waiting", (unsigned long long)(w1 - w0));
 	/* The guest posts buffers: all five arrive, in order. */

@@ -26,6 +26,28 @@ skip()   { n=$((n + 1)); echo "ok $n $1 # SKIP $2"; }
 slab_kb() { awk '/^Slab:/ {print $2}' /proc/meminfo; }
 trap 'g_stop; g_tap_down' EXIT
 
+# kill -9 of the running QEMU in the middle of a flood; then the module must
+# unload (no reference left behind) and slab usage must be back.
+kill9_check() {
+	local s0 s1 pp
+	sync; echo 3 >/proc/sys/vm/drop_caches; s0=$(slab_kb)
+	ping -f -c 100000 -W 1 "$G_GUEST_IP" >/dev/null 2>&1 &
+	pp=$!
+	sleep 3
+	kill -9 "$G_PID"; wait "$G_PID" 2>/dev/null; G_PID=
+	kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
+	sleep 1
+	if rmmod vhost_net_rs; then
+		sync; echo 3 >/proc/sys/vm/drop_caches; sleep 1; s1=$(slab_kb)
+		# A leaked device, its queues and its scratch buffers are ~100 KiB.
+		if [ $((s1 - s0)) -lt 512 ]; then ok "kill_9_mid_flood_then_unload" "slab ${s0} -> ${s1} kB"
+		else not_ok "kill_9_mid_flood_then_unload" "slab grew ${s0} -> ${s1} kB"; fi
+		insmod vhost-net-rs.ko
+	else
+		not_ok "kill_9_mid_flood_then_unload" "rmmod failed after QEMU was killed"
+	fi
+}
+
 echo "TAP version 13"
 grep -q '^vhost_net_rs ' /proc/modules || insmod vhost-net-rs.ko
 selftests/load-c-vhost >/dev/null 2>&1 || true
@@ -61,21 +83,7 @@ fi
 
 if [ $FULL = 0 ]; then
 	# Fast mode: reuse this guest for the kill -9 check.
-	sync; echo 3 >/proc/sys/vm/drop_caches; s0=$(slab_kb)
-	ping -f -c 100000 -W 1 "$G_GUEST_IP" >/dev/null 2>&1 &
-	pp=$!
-	sleep 3
-	kill -9 "$G_PID"; wait "$G_PID" 2>/dev/null; G_PID=
-	kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
-	sleep 1
-	if rmmod vhost_net_rs; then
-		sync; echo 3 >/proc/sys/vm/drop_caches; sleep 1; s1=$(slab_kb)
-		if [ $((s1 - s0)) -lt 512 ]; then ok "kill_9_mid_flood_then_unload" "slab ${s0} -> ${s1} kB"
-		else not_ok "kill_9_mid_flood_then_unload" "slab grew ${s0} -> ${s1} kB"; fi
-		insmod vhost-net-rs.ko
-	else
-		not_ok "kill_9_mid_flood_then_unload" "rmmod failed after QEMU was killed"
-	fi
+	kill9_check
 	skip "clean_quit_c_comparison_and_variants" "VNR_E2E=full (make check-e2e)"
 	echo "1..$n"
 	[ $fails = 0 ]
@@ -119,26 +127,7 @@ else
 fi
 
 # --- kill -9 of QEMU mid-flood: nothing leaks, the module unloads ----------------
-sync; echo 3 >/proc/sys/vm/drop_caches; s0=$(slab_kb)
 g_start rs
-if g_wait >/dev/null; then
-	ping -f -c 100000 -W 1 "$G_GUEST_IP" >/dev/null 2>&1 &
-	pp=$!
-	sleep 3
-	kill -9 "$G_PID"; wait "$G_PID" 2>/dev/null; G_PID=
-	kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null
-	sleep 1
-	if rmmod vhost_net_rs; then
-		sync; echo 3 >/proc/sys/vm/drop_caches; sleep 1; s1=$(slab_kb)
-		# A leaked device, its queues and its scratch buffers are ~100 KiB.
-		if [ $((s1 - s0)) -lt 512 ]; then ok "kill_9_mid_flood_then_unload" "slab ${s0} -> ${s1} kB"
-		else not_ok "kill_9_mid_flood_then_unload" "slab grew ${s0} -> ${s1} kB"; fi
-		insmod vhost-net-rs.ko
-	else
-		not_ok "kill_9_mid_flood_then_unload" "rmmod failed after QEMU was killed"
-	fi
-else
-	not_ok "kill_9_mid_flood_then_unload" "guest did not boot"
-fi
+if g_wait >/dev/null; then kill9_check; else not_ok "kill_9_mid_flood_then_unload" "guest did not boot"; fi
 echo "1..$n"
 [ $fails = 0 ]

@@ -383,4 +383,66 @@ static inline int64_t h_check_frame(const uint8_t *buf, size_t len, size_t want_
 	return seq;
 }
 
+/* Sum of the named /proc/meminfo fields ("Slab:", ...), in kB; -1 on error. */
+static inline long long h_meminfo_kb(const char *const *keys)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char k[64];
+	long long v, total = 0;
+	int i;
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %lld kB\n", k, &v) == 2)
+		for (i = 0; keys[i]; i++)
+			if (!strcmp(k, keys[i]))
+				total += v;
+	fclose(f);
+	return total;
+}
+
+static inline long long h_slab_kb(void)
+{
+	static const char *const keys[] = { "Slab:", NULL };
+
+	return h_meminfo_kb(keys);
+}
+
+/* Drops caches and waits for RCU-deferred frees (task structs) to land,
+ * so that memory before/after comparisons see only real growth. */
+static inline void h_settle(void)
+{
+	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+
+	if (fd >= 0) {
+		if (write(fd, "3", 1) < 0)
+			perror("drop_caches");
+		close(fd);
+	}
+	usleep(300 * 1000);
+}
+
+/* A counter of the device's fdinfo: `name` (e.g. "drops=") on the line of
+ * `vq` (e.g. "vq0:"); ~0 if absent. */
+static inline uint64_t h_fdinfo_u64(struct h_dev *d, const char *vq, const char *name)
+{
+	char path[64], buf[4096], *p;
+	ssize_t n;
+	int f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d->fd);
+	f = open(path, O_RDONLY);
+	if (f < 0)
+		return ~0ULL;
+	n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return ~0ULL;
+	buf[n] = 0;
+	p = strstr(buf, vq);
+	if (!p || !(p = strstr(p, name)))
+		return ~0ULL;
+	return strtoull(p + strlen(name), NULL, 10);
+}
+
 #endif

@@ -22,33 +22,6 @@ static const struct h_opts opts = {
 	.tap_offload = -1,
 };
 
-static long long slab_kb(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char k[64];
-	long long v, s = -1;
-
-	if (!f)
-		return -1;
-	while (fscanf(f, "%63s %lld kB\n", k, &v) == 2)
-		if (!strcmp(k, "Slab:"))
-			s = v;
-	fclose(f);
-	return s;
-}
-
-static void settle(void)
-{
-	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
-
-	if (fd >= 0) {
-		if (write(fd, "3", 1) < 0)
-			perror("drop_caches");
-		close(fd);
-	}
-	usleep(300 * 1000);
-}
-
 static ssize_t pkt_recv(struct h_dev *d, uint8_t *buf, size_t cap, int timeout_ms)
 {
 	struct pollfd p = { .fd = d->pkt, .events = POLLIN };
@@ -56,28 +29,6 @@ static ssize_t pkt_recv(struct h_dev *d, uint8_t *buf, size_t cap, int timeout_m
 	if (poll(&p, 1, timeout_ms) != 1)
 		return -ETIMEDOUT;
 	return recv(d->pkt, buf, cap, MSG_TRUNC);
-}
-
-static uint64_t fdinfo_counter(struct h_dev *d, int q, const char *name)
-{
-	char path[64], buf[4096], key[16], *p;
-	ssize_t n;
-	int f;
-
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d->fd);
-	f = open(path, O_RDONLY);
-	if (f < 0)
-		return ~0ULL;
-	n = read(f, buf, sizeof(buf) - 1);
-	close(f);
-	if (n <= 0)
-		return ~0ULL;
-	buf[n] = 0;
-	snprintf(key, sizeof(key), "vq%d:", q);
-	p = strstr(buf, key);
-	if (!p || !(p = strstr(p, name)))
-		return ~0ULL;
-	return strtoull(p + strlen(name) + 1, NULL, 10);
 }
 
 /* CVE-2013-0311: a descriptor that crosses from one memory region into the
@@ -147,7 +98,7 @@ TEST(cve_2014_0055_bad_chain_during_rx)
 	h_frame(frame, 2, 200);
 	ASSERT_EQ(200, send(d.pkt, frame, 200, 0));
 	EXPECT_TRUE(h_fired(v->err, WAIT_MS));
-	EXPECT_EQ(1, fdinfo_counter(&d, 0, "errors"));
+	EXPECT_EQ(1, h_fdinfo_u64(&d, "vq0:", "errors="));
 	h_teardown(&d);
 }
 
@@ -180,7 +131,7 @@ TEST(cve_2014_0077_rx_packet_larger_than_buffer)
 			guard_ok = 0;
 	EXPECT_TRUE(guard_ok);
 	EXPECT_EQ(0, h_used_pending(&d, 0));
-	EXPECT_LE(1, fdinfo_counter(&d, 0, "drops"));
+	EXPECT_LE(1, h_fdinfo_u64(&d, "vq0:", "drops="));
 	/* A packet that fits still goes through, into the same buffer. */
 	h_frame(frame, 4, 200);
 	ASSERT_EQ(200, send(d.pkt, frame, 200, 0));
@@ -199,8 +150,8 @@ TEST(cve_2015_6252_eventfd_rebind_leaks_nothing)
 
 	ASSERT_LE(0, e);
 	ASSERT_EQ(0, h_setup(&d, &o));
-	settle();
-	s0 = slab_kb();
+	h_settle();
+	s0 = h_slab_kb();
 	for (i = 0; i < 20000; i++) {
 		struct vhost_vring_file f = { .index = i & 1, .fd = e };
 		unsigned long cmd = i % 3 == 0 ? VHOST_SET_VRING_KICK :
@@ -210,8 +161,8 @@ TEST(cve_2015_6252_eventfd_rebind_leaks_nothing)
 		f.fd = -1;
 		ASSERT_EQ(0, h_ioctl(d.fd, cmd, &f));
 	}
-	settle();
-	s1 = slab_kb();
+	h_settle();
+	s1 = h_slab_kb();
 	TH_LOG("slab %lld -> %lld kB", s0, s1);
 	EXPECT_LT(s1 - s0, 256);
 	/* A leaked reference would keep the eventfd alive after close. */
@@ -294,7 +245,7 @@ TEST(cve_2018_16880_rx_heads_beyond_batch)
 	ASSERT_EQ(1400, send(d.pkt, frame, 1400, 0));
 	usleep(500 * 1000);
 	EXPECT_EQ(0, h_used_pending(&d, 0));
-	EXPECT_LE(1, fdinfo_counter(&d, 0, "drops"));
+	EXPECT_LE(1, h_fdinfo_u64(&d, "vq0:", "drops="));
 	/* A small packet still fits in a few buffers. */
 	h_frame(frame, 6, 60);
 	ASSERT_EQ(60, send(d.pkt, frame, 60, 0));
@@ -392,8 +343,8 @@ TEST(cve_2023_1838_backend_set_unset_race)
 	int i;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	settle();
-	s0 = slab_kb();
+	h_settle();
+	s0 = h_slab_kb();
 	for (i = 0; i < 4; i++) {
 		r[i] = (struct race){ d.fd, d.tap, i & 1, 5000, 0 };
 		ASSERT_EQ(0, pthread_create(&t[i], NULL, backend_flipper, &r[i]));
@@ -403,8 +354,8 @@ TEST(cve_2023_1838_backend_set_unset_race)
 		EXPECT_EQ(0, r[i].bad);
 	}
 	h_teardown(&d);
-	settle();
-	s1 = slab_kb();
+	h_settle();
+	s1 = h_slab_kb();
 	TH_LOG("slab %lld -> %lld kB", s0, s1);
 	EXPECT_LT(s1 - s0, 512);
 }
@@ -417,8 +368,8 @@ TEST(cve_2026_46320_tx_error_paths_leak_nothing)
 	long long s0, s1;
 	int round;
 
-	settle();
-	s0 = slab_kb();
+	h_settle();
+	s0 = h_slab_kb();
 	for (round = 0; round < 50; round++) {
 		struct h_dev d;
 		struct h_opts o = opts;
@@ -445,8 +396,8 @@ TEST(cve_2026_46320_tx_error_paths_leak_nothing)
 		h_fired(v->err, WAIT_MS);
 		h_teardown(&d);
 	}
-	settle();
-	s1 = slab_kb();
+	h_settle();
+	s1 = h_slab_kb();
 	TH_LOG("slab %lld -> %lld kB over 50 devices", s0, s1);
 	EXPECT_LT(s1 - s0, 512);
 }

@@ -117,21 +117,6 @@ static void *rx_thread(void *arg)
 	return NULL;
 }
 
-static long long slab_kb(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char k[64];
-	long long v, s = -1;
-
-	if (!f)
-		return -1;
-	while (fscanf(f, "%63s %lld kB\n", k, &v) == 2)
-		if (!strcmp(k, "Slab:"))
-			s = v;
-	fclose(f);
-	return s;
-}
-
 int main(int argc, char **argv)
 {
 	struct h_opts o = { .num = 256, .event_idx = true, .indirect = true, .mrg_rxbuf = false,
@@ -145,7 +130,7 @@ int main(int argc, char **argv)
 	fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
 	if (fd >= 0 && write(fd, "3", 1) < 0)
 		perror("drop_caches");
-	s0 = slab_kb();
+	s0 = h_slab_kb();
 	r = h_setup(&d, &o);
 	if (r) {
 		printf("not ok 1 setup # %s\n", strerror(-r));
@@ -165,7 +150,7 @@ int main(int argc, char **argv)
 	if (fd >= 0 && write(fd, "3", 1) < 0)
 		perror("drop_caches");
 	usleep(500 * 1000);
-	s1 = slab_kb();
+	s1 = h_slab_kb();
 	printf("%s 3 soak_resources_stable # slab %lld -> %lld kB\n", s1 - s0 < 1024 ? "ok" : "not ok", s0, s1);
 	fails += s1 - s0 >= 1024;
 	return fails ? 1 : 0;
