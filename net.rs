@@ -251,13 +251,14 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
             let sock_len = plen + sock_hlen;
             let need = (sock_len + vhost_hlen) as u64;
             // Gather buffers until the packet fits: one chain without
-            // mergeable buffers, up to MAX_BATCH chains with them.
+            // mergeable buffers, up to MAX_RX_HEADS chains (and as many iov
+            // segments) with them.
             let mut nh = 0usize;
             let mut seg = 0usize;
             let mut got = 0u64;
             let mut too_small = false;
             while got < need {
-                if nh == MAX_BATCH || (!mergeable && nh == 1) {
+                if nh == heads.len() || seg == iov.len() || (!mergeable && nh == 1) {
                     too_small = true;
                     break;
                 }

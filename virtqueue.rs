@@ -117,8 +117,13 @@ pub(crate) struct VqInner {
     pub(crate) txb: Option<TxBatch>,
 }
 
-/// Most used elements gathered before one `used->idx` update.
+/// Most TX used elements gathered before one `used->idx` update.
 pub(crate) const MAX_BATCH: usize = 64;
+
+/// Most RX buffers one packet may be merged over: as many as it has iov
+/// segments, like the C driver's `UIO_MAXIOV`, so that a 64 KB GSO frame
+/// fits even in 512-byte mergeable buffers (129 of them).
+pub(crate) const MAX_RX_HEADS: usize = MAX_SEGMENTS;
 
 /// One virtqueue.
 ///
@@ -142,8 +147,9 @@ impl VirtQueue {
         iov.resize(MAX_SEGMENTS, Iov::default(), GFP_KERNEL)?;
         let mut uiov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
         uiov.resize(MAX_SEGMENTS, UserIov::default(), GFP_KERNEL)?;
-        let mut heads = KVec::with_capacity(MAX_BATCH, GFP_KERNEL)?;
-        heads.resize(MAX_BATCH, (0u16, 0u32), GFP_KERNEL)?;
+        let nheads = if dir == Dir::Rx { MAX_RX_HEADS } else { MAX_BATCH };
+        let mut heads = KVec::with_capacity(nheads, GFP_KERNEL)?;
+        heads.resize(nheads, (0u16, 0u32), GFP_KERNEL)?;
         let txb = if dir == Dir::Tx { Some(TxBatch::new()?) } else { None };
         Arc::pin_init(
             pin_init!(VirtQueue {
