@@ -11,7 +11,7 @@ use crate::glue::EventFd;
 use crate::tap_glue::{TapSocket, TxBatch};
 use crate::uaccess::OwnerMem;
 use crate::uapi::{bit, feature};
-use crate::virtqueue::{Stats, UserIov, VirtQueue, VqInner, MAX_BATCH};
+use crate::virtqueue::{Stats, UserIov, VirtQueue, VqInner, MAX_BATCH, MAX_RX_HEADS};
 use crate::vring::{GuestMemory, Iov, Vring, VringError};
 use kernel::prelude::*;
 
@@ -240,7 +240,15 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
     let res: Result<bool, VringError> = (|| {
         let VqInner { ring, iov, uiov, heads, call, .. } = &mut *s;
         let Some(ring) = ring.as_mut() else { return Ok(false) };
-        loop {
+        // heads[..pending]: packets written to the guest whose used entries
+        // are not published yet. They go out MAX_BATCH at a time and when
+        // the run ends, whatever ends it.
+        let mut pending = 0usize;
+        let r = (|| loop {
+            if pending >= MAX_BATCH {
+                flush(vq, ring, call, &heads[..pending])?;
+                pending = 0;
+            }
             if pkts >= PKT_WEIGHT || bytes >= BYTE_WEIGHT {
                 return Ok(true);
             }
@@ -258,7 +266,7 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
             let mut got = 0u64;
             let mut too_small = false;
             while got < need {
-                if nh == heads.len() || seg == iov.len() || (!mergeable && nh == 1) {
+                if nh == MAX_RX_HEADS || seg == iov.len() || (!mergeable && nh == 1) {
                     too_small = true;
                     break;
                 }
@@ -285,7 +293,7 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
                     return Err(VringError::WrongDirection);
                 }
                 let take = core::cmp::min(c.in_len, need - got);
-                heads[nh] = (c.head, take as u32);
+                heads[pending + nh] = (c.head, take as u32);
                 got += c.in_len;
                 seg += c.inn;
                 nh += 1;
@@ -329,10 +337,12 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
             } else if mergeable {
                 write_iov(&m, &iov[..seg], NUM_BUFFERS_OFF as u64, &nb)?;
             }
-            flush(vq, ring, call, &heads[..nh])?;
+            pending += nh;
             delivered += 1;
             bytes += sock_len as u64;
-        }
+        })();
+        let f = flush(vq, ring, call, &heads[..pending]);
+        r.and_then(|more| f.map(|()| more))
     })();
     Stats::add(&vq.stats.packets, delivered);
     Stats::add(&vq.stats.bytes, bytes);

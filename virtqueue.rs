@@ -147,7 +147,9 @@ impl VirtQueue {
         iov.resize(MAX_SEGMENTS, Iov::default(), GFP_KERNEL)?;
         let mut uiov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
         uiov.resize(MAX_SEGMENTS, UserIov::default(), GFP_KERNEL)?;
-        let nheads = if dir == Dir::Rx { MAX_RX_HEADS } else { MAX_BATCH };
+        // RX gathers one packet's buffers after up to MAX_BATCH unpublished
+        // ones; TX gathers one batch.
+        let nheads = if dir == Dir::Rx { MAX_RX_HEADS + MAX_BATCH } else { MAX_BATCH };
         let mut heads = KVec::with_capacity(nheads, GFP_KERNEL)?;
         heads.resize(nheads, (0u16, 0u32), GFP_KERNEL)?;
         let txb = if dir == Dir::Tx { Some(TxBatch::new()?) } else { None };

@@ -13,6 +13,14 @@
  * bidir  both at once, on every queue pair.
  * lat    one frame at a time: guest TX -> tap -> a reflector on the tap's
  *        far side -> tap -> guest RX; the round trip is timed.
+ * gsotx  guest TX of 64 KB TCP GSO frames (tap-header mode, tap offloads on);
+ *        throughput in Mbit/s.
+ * gsorx  guest RX of 64 KB GSO frames injected through a PACKET_VNET_HDR
+ *        socket on the tap, into 64 KB guest buffers.
+ * fair   CVE-2019-3900: the guest floods TX at 64 B while one RX frame a
+ *        millisecond arrives on the same device; reports the RX frames'
+ *        delay from the tap to the guest's used ring (p50, p99, max) and
+ *        how many never arrived. A worker that let TX starve RX shows here.
  * mem    kernel memory per device: Slab + VmallocUsed + KernelStack from
  *        /proc/meminfo before and after setting up 32 devices (each with
  *        its tap, which costs the same on every backend).
@@ -37,13 +45,21 @@ static double secs = 2.0;
 static int nq = 1;
 static volatile int stop;
 
+#define FAIR_MAX 65536
+
 struct pair {
 	struct h_dev d;
+	int gso_s;			/* gso modes: the PACKET_VNET_HDR socket */
 	uint64_t tx_pkts, rx_pkts, bytes;
-	uint64_t lat_ns[4096];
+	uint64_t lat_ns[FAIR_MAX];
 	int nlat;
+	uint32_t fair_sent;		/* fair: RX frames sent, and when */
+	uint64_t *fair_t;
+	volatile int fair_stop;
 	pthread_t dev_thr, src_thr;
 };
+
+static bool gso;			/* gsotx or gsorx */
 
 static struct pair pairs[MAXQ];
 
@@ -114,10 +130,43 @@ static void *user_device(void *arg)
 	return NULL;
 }
 
+static int setup_pair_opts(struct pair *p, struct h_opts *op);
+
 static int setup_pair(struct pair *p)
 {
 	struct h_opts o = { .dev = dev_node(), .num = 256, .event_idx = true, .indirect = true,
 			    .mrg_rxbuf = true, .version_1 = true, .tap_offload = -1 };
+	int r;
+
+	if (gso) {
+		/* 64 KB buffers on both rings, offloads on the tap. */
+		o.num = 64;
+		o.rx_buf = o.tx_buf = H_GSO_LEN + 512;
+		o.tap_offload = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+	}
+	r = setup_pair_opts(p, &o);
+	if (!r && gso) {
+		struct h_vq *v = &p->d.vq[1];
+		unsigned int i;
+
+		/* Every TX slot holds a GSO frame, posted over and over. */
+		for (i = 0; i < v->num; i++) {
+			uint8_t *b = h_ptr(&p->d, h_buf(&p->d, 1, i));
+
+			memset(b, 0, p->d.hdr_len);
+			memcpy(b, &h_gso_hdr, sizeof(h_gso_hdr));
+			h_gso_frame(b + p->d.hdr_len, H_GSO_LEN, i);
+		}
+		p->gso_s = h_gso_sock(&p->d);
+		if (p->gso_s < 0)
+			r = p->gso_s;
+	}
+	return r;
+}
+
+static int setup_pair_opts(struct pair *p, struct h_opts *op)
+{
+	struct h_opts o = *op;
 
 	if (!strcmp(backend, "user")) {
 		/* Everything but attaching a vhost device: setup opens the
@@ -169,9 +218,17 @@ static void rx_fill_all(struct pair *p)
 	int posted = 0;
 
 	while (h_used_pending(d, 0)) {
-		h_take_used(d, 0);
+		struct vring_used_elem e = h_take_used(d, 0);
+
 		p->rx_pkts++;
 		p->bytes += size;
+		if (p->fair_t && e.id < v->num) {
+			uint32_t seq;
+
+			memcpy(&seq, (uint8_t *)h_ptr(d, h_buf(d, 0, e.id)) + d->hdr_len + 14, 4);
+			if (seq < p->fair_sent && p->nlat < FAIR_MAX)
+				p->lat_ns[p->nlat++] = h_now_ns() - p->fair_t[seq];
+		}
 	}
 	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
 		uint16_t head = v->avail_idx % v->num;
@@ -187,9 +244,35 @@ static void rx_fill_all(struct pair *p)
 static void *rx_source(void *arg)
 {
 	struct pair *p = arg;
+	static uint8_t gframe[H_GSO_LEN];
 	uint8_t frame[2048];
 	uint32_t seq = 0;
 
+	if (gso) {
+		struct iovec io[2] = { { (void *)&h_gso_hdr, sizeof(h_gso_hdr) }, { gframe, H_GSO_LEN } };
+		struct msghdr mh = { .msg_iov = io, .msg_iovlen = 2 };
+
+		h_gso_frame(gframe, H_GSO_LEN, 0);
+		while (!stop)
+			if (sendmsg(p->gso_s, &mh, MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == ENOBUFS))
+				usleep(20);
+		return NULL;
+	}
+	if (p->fair_t) {
+		/* fair: one frame a millisecond, each send time recorded */
+		h_frame(frame, 0, size);
+		while (!stop && !p->fair_stop && p->fair_sent < FAIR_MAX) {
+			uint32_t s = p->fair_sent;
+
+			memcpy(frame + 14, &s, 4);
+			p->fair_t[s] = h_now_ns();
+			__atomic_store_n(&p->fair_sent, s + 1, __ATOMIC_RELEASE);
+			if (send(p->d.pkt, frame, size, MSG_DONTWAIT) < 0)
+				p->fair_t[s] = 0;	/* never sent: not counted */
+			usleep(1000);
+		}
+		return NULL;
+	}
 	h_frame(frame, 0, size);
 	while (!stop) {
 		memcpy(frame + 14, &seq, 4);
@@ -318,9 +401,41 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* CVE-2019-3900: TX flood plus a paced RX stream on one device. Returns the
+ * number of RX frames sent that never reached the guest. */
+static uint32_t run_fair(struct pair *p, uint64_t end)
+{
+	uint64_t drain;
+	uint32_t sent = 0, i;
+
+	p->fair_t = calloc(FAIR_MAX, sizeof(uint64_t));
+	if (!p->fair_t)
+		return ~0u;
+	rx_fill_all(p);
+	pthread_create(&p->src_thr, NULL, rx_source, p);
+	while (h_now_ns() < end) {
+		tx_fill(p);
+		rx_fill_all(p);
+		usleep(50);
+	}
+	p->fair_stop = 1;
+	pthread_join(p->src_thr, NULL);
+	p->src_thr = 0;
+	/* Frames still in flight get 300 ms to land; TX is no longer refilled. */
+	drain = h_now_ns() + 300000000ULL;
+	while (h_now_ns() < drain) {
+		rx_fill_all(p);
+		usleep(100);
+	}
+	for (i = 0; i < p->fair_sent; i++)
+		sent += p->fair_t[i] != 0;
+	return sent > (uint32_t)p->nlat ? sent - p->nlat : 0;
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t t0, t1, end, cpu0, cpu1, pk = 0, by = 0;
+	uint32_t lost = 0;
 	int c, i;
 
 	while ((c = getopt(argc, argv, "b:m:s:t:q:h")) != -1) {
@@ -331,13 +446,18 @@ int main(int argc, char **argv)
 		case 't': secs = atof(optarg); break;
 		case 'q': nq = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|mem [-s BYTES] [-t SECS] [-q PAIRS]\n");
+			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
 	if (!strcmp(mode, "mem"))
 		return run_mem();
-	if (nq < 1 || nq > MAXQ || size < 60 || size > 1514) {
+	gso = !strcmp(mode, "gsotx") || !strcmp(mode, "gsorx");
+	if (gso)
+		size = H_GSO_LEN;
+	if (!strcmp(mode, "fair"))
+		nq = 1;
+	if (nq < 1 || nq > MAXQ || ((size < 60 || size > 1514) && !gso)) {
 		fprintf(stderr, "bench: -q must be 1..%d and -s 60..1514\n", MAXQ);
 		return 2;
 	}
@@ -356,9 +476,11 @@ int main(int argc, char **argv)
 	end = t0 + (uint64_t)(secs * 1e9);
 	if (!strcmp(mode, "lat")) {
 		run_lat(&pairs[0], end);
+	} else if (!strcmp(mode, "fair")) {
+		lost = run_fair(&pairs[0], end);
 	} else {
-		bool tx = !strcmp(mode, "tx") || !strcmp(mode, "bidir");
-		bool rx = !strcmp(mode, "rx") || !strcmp(mode, "bidir");
+		bool tx = !strcmp(mode, "tx") || !strcmp(mode, "bidir") || !strcmp(mode, "gsotx");
+		bool rx = !strcmp(mode, "rx") || !strcmp(mode, "bidir") || !strcmp(mode, "gsorx");
 
 		for (i = 0; i < nq && rx; i++)
 			pthread_create(&pairs[i].src_thr, NULL, rx_source, &pairs[i]);
@@ -393,6 +515,16 @@ int main(int argc, char **argv)
 		       p->nlat ? p->lat_ns[p->nlat / 2] / 1e3 : 0.0,
 		       p->nlat ? p->lat_ns[p->nlat * 99 / 100] / 1e3 : 0.0);
 		pk = p->nlat * 2;
+	} else if (!strcmp(mode, "fair")) {
+		struct pair *p = &pairs[0];
+
+		qsort(p->lat_ns, p->nlat, sizeof(uint64_t), cmp_u64);
+		printf(",\"tx_pps\":%.0f,\"rx_sent\":%u,\"rx_lost\":%u,\"rx_delay_us_p50\":%.1f,"
+		       "\"rx_delay_us_p99\":%.1f,\"rx_delay_us_max\":%.1f",
+		       p->tx_pkts / ((end - t0) / 1e9), p->nlat + lost, lost,
+		       p->nlat ? p->lat_ns[p->nlat / 2] / 1e3 : 0.0,
+		       p->nlat ? p->lat_ns[p->nlat * 99 / 100] / 1e3 : 0.0,
+		       p->nlat ? p->lat_ns[p->nlat - 1] / 1e3 : 0.0);
 	} else {
 		printf(",\"packets\":%llu,\"pps\":%.0f,\"mbps\":%.1f", (unsigned long long)pk,
 		       pk / ((t1 - t0) / 1e9), by * 8 / ((t1 - t0) / 1e3));

@@ -456,84 +456,13 @@ TEST(malformed_address_outside_regions) { bad_ring(_metadata, bad_address); }
 TEST(malformed_length_overflow) { bad_ring(_metadata, bad_length_overflow); }
 TEST(malformed_avail_jump) { bad_ring(_metadata, bad_avail_jump); }
 
-/*
- * 64 KB GSO frames, in tap-header mode (the only mode in which the guest can
- * hand a GSO frame to the tap, because only then does the tap see its virtio
- * header). The tap's other side is an AF_PACKET socket with PACKET_VNET_HDR,
- * which sees the GSO skb whole, with its gso_type and gso_size.
- */
-/* The largest GSO frame a net device takes whole: the stack segments in
- * software any skb of 64 KiB or more (gso_features_check()). */
-#define GSO_LEN	65535		/* Ethernet frame; IPv4 total length 65521 */
-#define GSO_MSS	1448
-
-/* A TCP/IPv4 frame as a guest with TSO gives it to its NIC: one 64 KB
- * segment for the other side to cut into MSS-sized ones. */
-static void gso_frame(uint8_t *f, size_t len, uint32_t seq)
-{
-	uint8_t *ip = f + 14, *tcp = ip + 20;
-	uint32_t sum = 0, nseq = htonl(seq);
-	uint16_t tot = htons(len - 14), c;
-	size_t i;
-
-	memcpy(f, "\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00", 14);
-	memset(ip, 0, 40);
-	ip[0] = 0x45;
-	memcpy(ip + 2, &tot, 2);
-	ip[6] = 0x40;			/* DF */
-	ip[8] = 64;
-	ip[9] = 6;			/* TCP */
-	memcpy(ip + 12, "\x0a\xd6\x00\x01\x0a\xd6\x00\x02", 8);
-	for (i = 0; i < 20; i += 2)
-		sum += ip[i] << 8 | ip[i + 1];
-	while (sum >> 16)
-		sum = (sum & 0xffff) + (sum >> 16);
-	c = htons(~sum & 0xffff);
-	memcpy(ip + 10, &c, 2);
-	memcpy(tcp, "\x9c\x40\x13\x89", 4);	/* 40000 -> 5001 */
-	memcpy(tcp + 4, &nseq, 4);
-	tcp[12] = 0x50;			/* 20-byte header */
-	tcp[13] = 0x18;			/* PSH ACK */
-	tcp[14] = 0xff;
-	for (i = 54; i < len; i++)
-		f[i] = (uint8_t)(seq * 7 + i + (i >> 8));
-}
-
-static const struct virtio_net_hdr gso_hdr = {
-	.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM, .gso_type = VIRTIO_NET_HDR_GSO_TCPV4,
-	.hdr_len = 54, .gso_size = GSO_MSS, .csum_start = 34, .csum_offset = 16,
-};
-
-/* An AF_PACKET socket on the tap for IPv4 frames, with virtio headers. */
-static int gso_sock(struct h_dev *d)
-{
-	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP),
-				   .sll_ifindex = d->ifindex };
-	int one = 1, big = 8 << 20;
-	int s = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_IP));
-
-	if (s < 0)
-		return -errno;
-	if (setsockopt(s, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one)) ||
-	    setsockopt(s, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) ||
-	    setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) ||
-	    setsockopt(s, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) ||
-	    bind(s, (struct sockaddr *)&sll, sizeof(sll))) {
-		int r = -errno;
-
-		close(s);
-		return r;
-	}
-	return s;
-}
-
-/* Whether a virtio header describes our GSO frame. */
+/* 64 KB GSO frames (see harness.h). Whether a virtio header describes our GSO frame. */
 static bool gso_hdr_ok(struct __test_metadata *_metadata, const void *p, const char *what)
 {
 	struct virtio_net_hdr h;
 
 	memcpy(&h, p, sizeof(h));
-	if (h.gso_type == VIRTIO_NET_HDR_GSO_TCPV4 && h.gso_size == GSO_MSS &&
+	if (h.gso_type == VIRTIO_NET_HDR_GSO_TCPV4 && h.gso_size == H_GSO_MSS &&
 	    (h.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM))
 		return true;
 	TH_LOG("%s: header lost its GSO: flags %#x gso_type %u gso_size %u", what, h.flags,
@@ -546,7 +475,7 @@ static bool gso_hdr_ok(struct __test_metadata *_metadata, const void *p, const c
 static int gso_tx(struct __test_metadata *_metadata, struct h_dev *d, int s, uint32_t count,
 		  bool split)
 {
-	static uint8_t want[GSO_LEN], got[GSO_LEN + 64];
+	static uint8_t want[H_GSO_LEN], got[H_GSO_LEN + 64];
 	struct h_vq *v = &d->vq[1];
 	uint64_t buf = h_buf(d, 1, 0);
 	uint8_t *p = h_ptr(d, buf);
@@ -556,15 +485,15 @@ static int gso_tx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
 		ssize_t n;
 
 		memset(p, 0, hl);
-		memcpy(p, &gso_hdr, sizeof(gso_hdr));
-		gso_frame(p + hl, GSO_LEN, seq);
+		memcpy(p, &h_gso_hdr, sizeof(h_gso_hdr));
+		h_gso_frame(p + hl, H_GSO_LEN, seq);
 		if (split) {
 			v->vr.desc[0] = (struct vring_desc){ buf, hl, VRING_DESC_F_NEXT, 1 };
 			v->vr.desc[1] = (struct vring_desc){ buf + hl, 1000, VRING_DESC_F_NEXT, 2 };
 			v->vr.desc[2] = (struct vring_desc){ buf + hl + 1000, 30000, VRING_DESC_F_NEXT, 3 };
-			v->vr.desc[3] = (struct vring_desc){ buf + hl + 31000, GSO_LEN - 31000, 0, 0 };
+			v->vr.desc[3] = (struct vring_desc){ buf + hl + 31000, H_GSO_LEN - 31000, 0, 0 };
 		} else {
-			v->vr.desc[0] = (struct vring_desc){ buf, hl + GSO_LEN, 0, 0 };
+			v->vr.desc[0] = (struct vring_desc){ buf, hl + H_GSO_LEN, 0, 0 };
 		}
 		h_publish(d, 1, 0);
 		h_kick(d, 1);
@@ -576,15 +505,15 @@ static int gso_tx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
 				if (poll(&pf, 1, WAIT_MS) != 1)
 					break;
 		}
-		if (n != (ssize_t)(sizeof(struct virtio_net_hdr) + GSO_LEN)) {
+		if (n != (ssize_t)(sizeof(struct virtio_net_hdr) + H_GSO_LEN)) {
 			TH_LOG("gso tx: frame %u: got %zd bytes on the tap, want %zu", seq, n,
-			       sizeof(struct virtio_net_hdr) + GSO_LEN);
+			       sizeof(struct virtio_net_hdr) + H_GSO_LEN);
 			return -1;
 		}
 		if (!gso_hdr_ok(_metadata, got, "gso tx"))
 			return -1;
-		gso_frame(want, GSO_LEN, seq);
-		if (memcmp(got + sizeof(struct virtio_net_hdr), want, GSO_LEN)) {
+		h_gso_frame(want, H_GSO_LEN, seq);
+		if (memcmp(got + sizeof(struct virtio_net_hdr), want, H_GSO_LEN)) {
 			TH_LOG("gso tx: frame %u corrupt", seq);
 			return -1;
 		}
@@ -599,21 +528,21 @@ static int gso_tx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
  * RX ring (merged over several buffers if mergeable is on). */
 static int gso_rx(struct __test_metadata *_metadata, struct h_dev *d, int s, uint32_t count)
 {
-	static uint8_t frame[GSO_LEN], got[GSO_LEN + 64];
+	static uint8_t frame[H_GSO_LEN], got[H_GSO_LEN + 64];
 	struct h_vq *v = &d->vq[0];
 	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
 	uint32_t seq;
 
 	rx_fill(d, v->num);
 	for (seq = 0; seq < count; seq++) {
-		struct iovec io[2] = { { (void *)&gso_hdr, sizeof(gso_hdr) }, { frame, GSO_LEN } };
+		struct iovec io[2] = { { (void *)&h_gso_hdr, sizeof(h_gso_hdr) }, { frame, H_GSO_LEN } };
 		struct msghdr mh = { .msg_iov = io, .msg_iovlen = 2 };
 		struct vring_used_elem e;
 		uint16_t nb = 1, k;
 		size_t off;
 
-		gso_frame(frame, GSO_LEN, seq);
-		if (sendmsg(s, &mh, 0) != (ssize_t)(sizeof(gso_hdr) + GSO_LEN)) {
+		h_gso_frame(frame, H_GSO_LEN, seq);
+		if (sendmsg(s, &mh, 0) != (ssize_t)(sizeof(h_gso_hdr) + H_GSO_LEN)) {
 			TH_LOG("gso rx: sendmsg: %s", strerror(errno));
 			return -1;
 		}
@@ -646,14 +575,14 @@ static int gso_rx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
 			memcpy(got + off, h_ptr(d, h_buf(d, 0, e.id)), e.len);
 			off += e.len;
 		}
-		if (off != d->hdr_len + GSO_LEN) {
+		if (off != d->hdr_len + H_GSO_LEN) {
 			TH_LOG("gso rx: frame %u: %zu bytes in %u buffers, want %u", seq, off, nb,
-			       d->hdr_len + GSO_LEN);
+			       d->hdr_len + H_GSO_LEN);
 			return -1;
 		}
 		if (!gso_hdr_ok(_metadata, got, "gso rx"))
 			return -1;
-		if (memcmp(got + d->hdr_len, frame, GSO_LEN)) {
+		if (memcmp(got + d->hdr_len, frame, H_GSO_LEN)) {
 			TH_LOG("gso rx: frame %u corrupt", seq);
 			return -1;
 		}
@@ -668,12 +597,12 @@ static void gso_case(struct __test_metadata *_metadata, bool mrg, bool v1, unsig
 {
 	struct h_dev d;
 	struct h_opts o = { .num = num, .event_idx = true, .indirect = true, .mrg_rxbuf = mrg,
-			    .version_1 = v1, .rx_buf = rx_buf, .tx_buf = GSO_LEN + 4096,
+			    .version_1 = v1, .rx_buf = rx_buf, .tx_buf = H_GSO_LEN + 4096,
 			    .tap_offload = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 };
 	int s;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	s = gso_sock(&d);
+	s = h_gso_sock(&d);
 	ASSERT_LE(0, s) TH_LOG("gso socket: %s", strerror(-s));
 	EXPECT_EQ(0, gso_tx(_metadata, &d, s, 20, split));
 	EXPECT_EQ(0, gso_rx(_metadata, &d, s, 20));
@@ -689,7 +618,7 @@ TEST(gso_64k_mergeable) { gso_case(_metadata, true, true, 256, 2048, false); }
 TEST(gso_64k_mergeable_small_buffers) { gso_case(_metadata, true, false, 256, 512, true); }
 /* No mergeable buffers: the guest posts 64 KB ones ("big packets"), with the
  * 10-byte legacy header. */
-TEST(gso_64k_big_buffers) { gso_case(_metadata, false, false, 16, GSO_LEN + 64, true); }
+TEST(gso_64k_big_buffers) { gso_case(_metadata, false, false, 16, H_GSO_LEN + 64, true); }
 
 TEST(counters_show_the_traffic)
 {
