@@ -17,7 +17,11 @@ use kernel::{
     error::from_err_ptr,
     fs::{File, LocalFile},
     prelude::*,
-    sync::{aref::ARef, Arc},
+    sync::{
+        aref::ARef,
+        barrier::{smp_mb, Full},
+        Arc,
+    },
     types::Opaque,
 };
 
@@ -123,10 +127,15 @@ impl Waker {
         }
     }
 
-    /// Marks work pending and wakes the worker, if there is one.
+    /// Marks work pending and wakes the worker, if there is one. Work that
+    /// is pending already has had its wakeup, and the worker takes the flag
+    /// before it runs, so only the first of a burst of events wakes the
+    /// task (as `VHOST_WORK_QUEUED` does in C).
     pub(crate) fn wake(&self) {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
-        self.pending.store(true, Ordering::Release);
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let t = self.task.load(Ordering::Acquire);
         if !t.is_null() {
             // SAFETY: `task` is only non-null between `Worker::start` and
@@ -253,6 +262,8 @@ pub(crate) struct Poll {
     file: ARef<File>,
     mask: u32,
     waker: *const Waker,
+    /// Whether events wake the worker; see [`Poll::set_armed`].
+    armed: AtomicBool,
 }
 
 // SAFETY: The raw pointers are only used under the rules in the type
@@ -300,7 +311,7 @@ unsafe extern "C" fn poll_wakeup(
     // `poll_queue_proc`; it is unlinked before the `Poll` is freed.
     let p = unsafe { &*kernel::container_of!(Opaque::cast_from(wait), Poll, wait) };
     let k = key as usize as u32;
-    if k != 0 && k & p.mask == 0 {
+    if (k != 0 && k & p.mask == 0) || !p.armed.load(Ordering::Relaxed) {
         return 0;
     }
     // SAFETY: By the type invariant the waker outlives the poll.
@@ -348,6 +359,7 @@ impl Poll {
                 file: file,
                 mask,
                 waker: core::ptr::from_ref(waker),
+                armed: AtomicBool::new(true),
             }),
             GFP_KERNEL,
         )?;
@@ -368,6 +380,22 @@ impl Poll {
             waker.wake();
         }
         Ok(p)
+    }
+}
+
+impl Poll {
+    /// Stops or resumes waking the worker, without leaving the wait queue:
+    /// the RX worker ignores the tap while it drains it, as C's handle_rx
+    /// does with `vhost_net_disable_vq`, instead of being woken for every
+    /// packet. After re-arming, the caller must look at the file once more:
+    /// the full barrier here pairs with the one before the file's waker
+    /// checks its wait queue (`skwq_has_sleeper`), so either that look sees
+    /// the new event or the event sees the entry armed.
+    pub(crate) fn set_armed(&self, on: bool) {
+        self.armed.store(on, Ordering::Relaxed);
+        if on {
+            smp_mb(Full);
+        }
     }
 }
 

@@ -232,14 +232,24 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
     if s.broken {
         return false;
     }
-    let (Some(sock), Some(mem)) = (s.backend.clone(), s.mem.clone()) else { return false };
+    let Some(mem) = s.mem.clone() else { return false };
     let (vhost_hlen, sock_hlen) = hdr_lens(s.features);
     let mergeable = s.features & bit(feature::VIRTIO_NET_F_MRG_RXBUF) != 0;
     let m = OwnerMem;
     let (mut pkts, mut delivered, mut bytes) = (0u64, 0u64, 0u64);
     let res: Result<bool, VringError> = (|| {
-        let VqInner { ring, iov, uiov, heads, call, .. } = &mut *s;
-        let Some(ring) = ring.as_mut() else { return Ok(false) };
+        let VqInner { ring, iov, uiov, heads, call, rxb, sock_poll, .. } = &mut *s;
+        let (Some(ring), Some(sock)) = (ring.as_mut(), rxb.as_mut()) else { return Ok(false) };
+        // Packets that arrive while this run drains the tap need no wakeup;
+        // the tap is listened to again only once it is found empty. Runs
+        // that end for lack of guest buffers leave it quiet: the guest's
+        // kick brings the worker back.
+        let listen = |on: bool| {
+            if let Some(p) = sock_poll.as_ref() {
+                p.set_armed(on);
+            }
+        };
+        listen(false);
         // heads[..pending]: packets written to the guest whose used entries
         // are not published yet. They go out MAX_BATCH at a time and when
         // the run ends, whatever ends it.
@@ -252,9 +262,16 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
             if pkts >= PKT_WEIGHT || bytes >= BYTE_WEIGHT {
                 return Ok(true);
             }
-            let plen = sock.peek_len();
+            let mut plen = sock.peek_len();
             if plen == 0 {
-                return Ok(false);
+                listen(true);
+                // A packet queued before the listener was back did not wake
+                // us: look once more.
+                plen = sock.peek_len();
+                if plen == 0 {
+                    return Ok(false);
+                }
+                listen(false);
             }
             let sock_len = plen + sock_hlen;
             let need = (sock_len + vhost_hlen) as u64;
@@ -313,15 +330,11 @@ pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
                 continue;
             }
             let n = to_user_iov(&iov[..seg], vhost_hlen as u64, uiov);
-            match sock.recv(&uiov[..n], sock_len, true) {
+            match sock.recv(&uiov[..n], sock_len) {
                 Ok(r) if r == sock_len => {}
-                r => {
-                    // Truncated or vanished: drop it, keep the buffers. A
-                    // read of nothing leaves the packet queued; drop it so
-                    // the next run does not meet it again.
-                    if matches!(r, Ok(0)) {
-                        sock.discard();
-                    }
+                _ => {
+                    // Truncated or failed: tun consumed the packet either
+                    // way; count the drop and keep the buffers.
                     ring.unpop(nh as u16);
                     Stats::add(&vq.stats.drops, 1);
                     continue;

@@ -12,12 +12,15 @@ use kernel::{
     bindings,
     fs::File,
     prelude::*,
-    sync::aref::ARef,
+    sync::{aref::ARef, Arc},
 };
 
 use core::ffi::{c_int, c_uint, c_void};
 
 extern "C" {
+    // include/linux/if_tun.h: `void tun_ptr_free(void *ptr)`.
+    fn tun_ptr_free(ptr: *mut c_void);
+
     // include/linux/if_tun.h: `struct socket *tun_get_socket(struct file *)`.
     // Declared with opaque pointers: the real types are not FFI-safe to
     // spell in an extern block.
@@ -31,6 +34,12 @@ extern "C" {
     fn vnr_xdp_data(xdp: *mut c_void) -> *mut c_void;
     fn vnr_sock_can_batch(sock: *mut c_void) -> bool;
     fn vnr_tun_send_batch(sock: *mut c_void, xdp: *mut c_void, n: c_uint) -> c_int;
+
+    // vnr_shim.c: RX batching from tun's ring.
+    fn vnr_tun_rx_ring(file: *mut c_void) -> *mut c_void;
+    fn vnr_rx_ring_consume(ring: *mut c_void, q: *mut *mut c_void, n: c_int) -> c_int;
+    fn vnr_rx_ring_unconsume(ring: *mut c_void, q: *mut *mut c_void, n: c_int);
+    fn vnr_rx_ptr_len(ptr: *mut c_void) -> c_int;
 }
 
 /// A tap (tun with `IFF_TAP`) file used as a backend.
@@ -101,11 +110,18 @@ impl TapSocket {
     }
 
     /// Receives one packet into the user buffers `iov` (room for `len`
-    /// bytes). With `trunc`, a packet that does not fit is dropped and its
-    /// full length returned.
-    pub(crate) fn recv(&self, iov: &[UserIov], len: usize, trunc: bool) -> Result<usize> {
-        let flags = bindings::MSG_DONTWAIT | if trunc { bindings::MSG_TRUNC } else { 0 };
+    /// bytes); a packet that does not fit is dropped and its full length
+    /// returned (`MSG_TRUNC`).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is null, or an entry taken from this tap's RX ring and owned by
+    /// the caller; tun consumes it whatever the outcome.
+    unsafe fn recv_ptr(&self, iov: &[UserIov], len: usize, ptr: *mut c_void) -> Result<usize> {
+        let flags = bindings::MSG_DONTWAIT | bindings::MSG_TRUNC;
         let mut m = Self::msg(iov, len, bindings::ITER_DEST, flags);
+        // tun_recvmsg() takes a queued packet from msg_control, as vhost does.
+        m.__bindgen_anon_1.msg_control = ptr;
         let s = self.sock.as_ptr();
         // SAFETY: `s` is valid by the type invariant; tun sockets always have
         // `ops->recvmsg`.
@@ -121,46 +137,101 @@ impl TapSocket {
         Ok(r as usize)
     }
 
-    /// Drops the next queued packet: reads one byte of it into a kernel
-    /// scratch byte with `MSG_TRUNC`. (tun does not consume a packet on a
-    /// zero-length read, so "read nothing" would leave it queued forever.)
-    pub(crate) fn discard(&self) {
-        let mut byte = 0u8;
-        let kv = bindings::kvec { iov_base: core::ptr::from_mut(&mut byte).cast(), iov_len: 1 };
-        // SAFETY: As in `msg`, a zeroed msghdr is the empty message.
-        let mut m: bindings::msghdr = unsafe { core::mem::zeroed() };
-        let flags = bindings::MSG_DONTWAIT | bindings::MSG_TRUNC;
-        m.msg_flags = flags;
-        // SAFETY: `kv` describes one byte of our stack, valid for the call.
-        unsafe { bindings::iov_iter_kvec(&mut m.msg_iter, bindings::ITER_DEST, &kv, 1, 1) };
-        let s = self.sock.as_ptr();
-        // SAFETY: `s` is valid by the type invariant; the iterator points at
-        // kernel memory that outlives the call.
-        unsafe {
-            if let Some(f) = (*(*s).ops).recvmsg {
-                f(s, &mut m, 1, flags as i32);
-            }
-        }
-    }
-
     /// Whether tun takes batches of prebuilt buffers (its default).
     pub(crate) fn can_batch(&self) -> bool {
         // SAFETY: `sock` is valid by the type invariant.
         unsafe { vnr_sock_can_batch(self.sock.as_ptr().cast()) }
     }
+}
 
-    /// Length of the next queued packet, without the tap's vnet header, or
-    /// 0 if none is queued.
-    pub(crate) fn peek_len(&self) -> usize {
-        let s = self.sock.as_ptr();
-        // SAFETY: `s` is valid by the type invariant.
-        let r = unsafe {
-            match (*(*s).ops).peek_len {
-                Some(f) => f(s),
-                None => 0,
+/// Packets an [`RxBatch`] takes off tun's ring at once (`VHOST_NET_BATCH`).
+const RX_BATCH: usize = 64;
+
+/// Packets taken off the tap's RX ring up to 64 at a time, under one lock,
+/// and handed back to tun's `recvmsg` one by one: the C driver's
+/// `vhost_net_buf`. Without it, every packet costs a locked peek and a
+/// locked consume of tun's ring.
+///
+/// # Invariants
+///
+/// `ring` is the `ptr_ring` of `sock`'s tun file, which `sock` keeps alive.
+/// `queue[head..tail]` are entries taken from it and owned by this batch;
+/// they go back to the ring (or are freed) on drop.
+pub(crate) struct RxBatch {
+    sock: Arc<TapSocket>,
+    ring: NonNull<c_void>,
+    queue: [*mut c_void; RX_BATCH],
+    head: usize,
+    tail: usize,
+}
+
+// SAFETY: The queued entries are owned by the batch, not tied to a task or
+// CPU; the batch is only used under its queue's lock.
+unsafe impl Send for RxBatch {}
+
+impl RxBatch {
+    /// The batch of the tap `sock`.
+    pub(crate) fn new(sock: Arc<TapSocket>) -> Result<Self> {
+        // SAFETY: The file is live (held by `sock`); the shim returns its tun
+        // ring, or null for anything that is not tun.
+        let r = unsafe { vnr_tun_rx_ring(sock.file.as_ptr().cast()) };
+        let ring = NonNull::new(r).ok_or(ENOTSOCK)?;
+        // INVARIANT: the ring of `sock`'s file; nothing taken yet.
+        Ok(Self { sock, ring, queue: [core::ptr::null_mut(); RX_BATCH], head: 0, tail: 0 })
+    }
+
+    /// Length of the next packet without the tap's vnet header, or 0 if the
+    /// tap has none queued.
+    pub(crate) fn peek_len(&mut self) -> usize {
+        if self.head == self.tail {
+            // SAFETY: `ring` is valid by the type invariant and `queue` has
+            // room for RX_BATCH entries, which become ours.
+            let n = unsafe { vnr_rx_ring_consume(self.ring.as_ptr(), self.queue.as_mut_ptr(), RX_BATCH as c_int) };
+            self.head = 0;
+            self.tail = usize::try_from(n).unwrap_or(0).min(RX_BATCH);
+            if self.tail == 0 {
+                return 0;
             }
-        };
-        usize::try_from(r).unwrap_or(0)
+        }
+        // SAFETY: `queue[head]` is an entry we own (head < tail).
+        let len = unsafe { vnr_rx_ptr_len(self.queue[self.head]) };
+        usize::try_from(len).unwrap_or(0)
+    }
+
+    fn take(&mut self) -> Option<*mut c_void> {
+        if self.head == self.tail {
+            return None;
+        }
+        let p = self.queue[self.head];
+        self.head += 1;
+        Some(p)
+    }
+
+    /// Receives the packet `peek_len` reported into `iov`; as
+    /// [`TapSocket::recv_ptr`]. `Ok(0)` if none is queued.
+    pub(crate) fn recv(&mut self, iov: &[UserIov], len: usize) -> Result<usize> {
+        let Some(p) = self.take() else { return Ok(0) };
+        // SAFETY: `p` came from this tap's ring and is ours; tun consumes it.
+        unsafe { self.sock.recv_ptr(iov, len, p) }
+    }
+
+    /// Drops the packet `peek_len` reported.
+    pub(crate) fn discard(&mut self) {
+        if let Some(p) = self.take() {
+            // SAFETY: `p` came from this tap's ring and is ours.
+            unsafe { tun_ptr_free(p) };
+        }
+    }
+}
+
+impl Drop for RxBatch {
+    fn drop(&mut self) {
+        if self.head < self.tail {
+            let n = (self.tail - self.head) as c_int;
+            // SAFETY: `queue[head..tail]` are ours and came from `ring`, which
+            // is alive; unconsume puts them back in order or frees them.
+            unsafe { vnr_rx_ring_unconsume(self.ring.as_ptr(), self.queue[self.head..].as_mut_ptr(), n) };
+        }
     }
 }
 

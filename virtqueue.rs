@@ -12,7 +12,7 @@
 
 use crate::glue::{EventFd, Poll, Waker, Work, EPOLLIN, EPOLLOUT};
 use crate::memory::Region;
-use crate::tap_glue::{TapSocket, TxBatch};
+use crate::tap_glue::{RxBatch, TapSocket, TxBatch};
 use crate::uaccess::OwnerMem;
 use crate::uapi::{bit, feature};
 use crate::vring::{GuestMemory, Iov, RingFeatures, Vring, VringError, MAX_SEGMENTS};
@@ -115,6 +115,8 @@ pub(crate) struct VqInner {
     pub(crate) heads: KVec<(u16, u32)>,
     /// TX only: packets waiting to go to tun in one batch.
     pub(crate) txb: Option<TxBatch>,
+    /// RX only, while a backend is attached: packets taken off its ring.
+    pub(crate) rxb: Option<RxBatch>,
 }
 
 /// Most TX used elements gathered before one `used->idx` update.
@@ -173,6 +175,7 @@ impl VirtQueue {
                     uiov,
                     heads,
                     txb,
+                    rxb: None,
                 }),
             }),
             GFP_KERNEL,
@@ -240,9 +243,21 @@ impl VirtQueue {
     pub(crate) fn set_backend(&self, s: &mut VqInner, sock: Option<Arc<TapSocket>>) -> Result {
         self.stop_ring(s);
         s.sock_poll = None;
+        // Packets taken off the old tap's ring go back to it.
+        s.rxb = None;
         s.backend = sock;
         let Some(b) = s.backend.clone() else { return Ok(()) };
+        if self.dir == Dir::Rx {
+            match RxBatch::new(b.clone()) {
+                Ok(r) => s.rxb = Some(r),
+                Err(e) => {
+                    s.backend = None;
+                    return Err(e);
+                }
+            }
+        }
         if let Err(e) = self.start_ring(s) {
+            s.rxb = None;
             s.backend = None;
             return Err(e);
         }
@@ -272,6 +287,7 @@ impl VirtQueue {
         s.kick = None;
         s.sock_poll = None;
         s.ring = None;
+        s.rxb = None;
         s.backend = None;
         s.call = None;
         s.err = None;

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
-/* See vnr_shim.h. Each function is one single-copy-atomic user access. */
+/* See vnr_shim.h. */
 #include <linux/uaccess.h>
 #include <linux/skbuff.h>
 #include <linux/if_tun.h>
+#include <linux/if_vlan.h>
+#include <linux/ptr_ring.h>
 #include <linux/net.h>
 #include <net/sock.h>
 #include <net/xdp.h>
@@ -61,4 +63,31 @@ int vnr_tun_send_batch(struct socket *sock, void *xdp, unsigned int n)
 	};
 
 	return sock->ops->sendmsg(sock, &msg, 0);
+}
+
+struct ptr_ring *vnr_tun_rx_ring(struct file *file)
+{
+	struct ptr_ring *r = tun_get_tx_ring(file);
+
+	return IS_ERR(r) ? NULL : r;
+}
+
+int vnr_rx_ring_consume(struct ptr_ring *ring, void **q, int n)
+{
+	return ptr_ring_consume_batched(ring, q, n);
+}
+
+void vnr_rx_ring_unconsume(struct ptr_ring *ring, void **q, int n)
+{
+	ptr_ring_unconsume(ring, q, n, tun_ptr_free);
+}
+
+/* The length tun will deliver for a queued entry, as tun_ptr_peek_len(). */
+int vnr_rx_ptr_len(void *ptr)
+{
+	struct sk_buff *skb = ptr;
+
+	if (tun_is_xdp_frame(ptr))
+		return tun_ptr_to_xdp(ptr)->len;
+	return skb->len + (skb_vlan_tag_present(skb) ? VLAN_HLEN : 0);
 }

@@ -29,4 +29,18 @@ void *vnr_xdp_data(void *xdp);
 bool vnr_sock_can_batch(struct socket *sock);
 int vnr_tun_send_batch(struct socket *sock, void *xdp, unsigned int n);
 
+/*
+ * RX batching from tun's ring, as drivers/vhost/net.c's vhost_net_buf does:
+ * up to 64 queued packets taken under one lock, then each handed back to
+ * tun's recvmsg through msg_control. ptr_ring's batched consume and
+ * unconsume are inline, and only if_tun.h's inlines tell a queued skb from
+ * a tagged xdp_frame. vnr_tun_rx_ring returns NULL for anything not tun.
+ */
+struct file;
+struct ptr_ring;
+struct ptr_ring *vnr_tun_rx_ring(struct file *file);
+int vnr_rx_ring_consume(struct ptr_ring *ring, void **q, int n);
+void vnr_rx_ring_unconsume(struct ptr_ring *ring, void **q, int n);
+int vnr_rx_ptr_len(void *ptr);
+
 #endif
