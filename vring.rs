@@ -34,6 +34,8 @@ pub(crate) const AVAIL_F_NO_INTERRUPT: u16 = 1;
 pub(crate) const DESC_SIZE: u64 = 16;
 /// Size of one used-ring element.
 const USED_ELEM_SIZE: u64 = 8;
+/// Used elements written in one user copy (256 bytes of stack).
+const USED_CHUNK: usize = 32;
 
 /// Most segments one chain may have once translated (`UIO_MAXIOV`).
 pub(crate) const MAX_SEGMENTS: usize = 1024;
@@ -430,13 +432,22 @@ impl Vring {
         mem: &M,
         heads: &[(u16, u32)],
     ) -> Result<(), VringError> {
+        // Elements adjacent in the ring go out in one copy, up to
+        // USED_CHUNK at a time: one user access per batch instead of one
+        // per packet, as C's __vhost_add_used_n does.
         let mut idx = self.last_used_idx;
-        for &(id, len) in heads {
-            let mut b = [0u8; 8];
-            b[..4].copy_from_slice(&u32::from(id).to_le_bytes());
-            b[4..].copy_from_slice(&len.to_le_bytes());
-            mem.write(self.used_elem_addr(idx), &b)?;
-            idx = idx.wrapping_add(1);
+        let mut rest = heads;
+        while !rest.is_empty() {
+            let to_end = self.num64() - u64::from(idx & self.mask);
+            let n = rest.len().min(USED_CHUNK).min(to_end as usize);
+            let mut b = [0u8; USED_CHUNK * USED_ELEM_SIZE as usize];
+            for (e, &(id, len)) in b.chunks_exact_mut(USED_ELEM_SIZE as usize).zip(&rest[..n]) {
+                e[..4].copy_from_slice(&u32::from(id).to_le_bytes());
+                e[4..].copy_from_slice(&len.to_le_bytes());
+            }
+            mem.write(self.used_elem_addr(idx), &b[..n * USED_ELEM_SIZE as usize])?;
+            idx = idx.wrapping_add(n as u16);
+            rest = &rest[n..];
         }
         // The elements must be visible before the index that exposes them.
         mem.wmb();
