@@ -441,9 +441,11 @@ impl Vring {
             let to_end = self.num64() - u64::from(idx & self.mask);
             let n = rest.len().min(USED_CHUNK).min(to_end as usize);
             let mut b = [0u8; USED_CHUNK * USED_ELEM_SIZE as usize];
-            for (e, &(id, len)) in b.chunks_exact_mut(USED_ELEM_SIZE as usize).zip(&rest[..n]) {
-                e[..4].copy_from_slice(&u32::from(id).to_le_bytes());
-                e[4..].copy_from_slice(&len.to_le_bytes());
+            let mut at = 0usize;
+            for &(id, len) in &rest[..n] {
+                b[at..at + 4].copy_from_slice(&u32::from(id).to_le_bytes());
+                b[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
+                at += USED_ELEM_SIZE as usize;
             }
             mem.write(self.used_elem_addr(idx), &b[..n * USED_ELEM_SIZE as usize])?;
             idx = idx.wrapping_add(n as u16);
