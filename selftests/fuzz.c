@@ -11,7 +11,7 @@
  *   packets arriving for RX. Afterwards a reset ring must carry clean
  *   traffic again.
  *
- * VNR_FUZZ_SEQS (default 10000) and VNR_FUZZ_RINGS (default 100000) set the
+ * VNR_FUZZ_SEQS (default 10000) and VNR_FUZZ_RINGS (default 1000000) set the
  * sizes; VNR_FUZZ_SEED fixes the seed (printed either way, to reproduce).
  */
 #include "harness.h"
@@ -276,7 +276,7 @@ TEST(random_rings)
 	struct h_dev d;
 	struct h_opts o = { .num = 8, .event_idx = true, .indirect = true, .mrg_rxbuf = true,
 			    .version_1 = true, .tap_offload = -1 };
-	uint64_t n = env_u64("VNR_FUZZ_RINGS", 100000), k, s = seed0 | 1, errs = 0;
+	uint64_t n = env_u64("VNR_FUZZ_RINGS", 1000000), k, s = seed0 | 1, errs = 0;
 	uint8_t frame[256], buf[2048];
 	int q, i;
 
