@@ -185,35 +185,28 @@ static inline uint64_t h_buf(struct h_dev *d, int q, unsigned int i)
 	return v->buf_base + (uint64_t)(i % v->num) * v->buf_size;
 }
 
-static inline int h_setup(struct h_dev *d, const struct h_opts *o)
+/* Opens the vhost device and configures it on d's memory and tap, as QEMU
+ * does when a guest starts: owner, features, memory table, both rings with
+ * fresh indices, eventfds and the backend. */
+static inline int h_configure(struct h_dev *d, const struct h_opts *o);
+
+static inline int h_attach(struct h_dev *d, const struct h_opts *o)
 {
-	struct { struct vhost_memory h; struct vhost_memory_region r[1]; } m = { 0 };
 	const char *dev = o->dev ? o->dev : (getenv("VNR_DEV") ? getenv("VNR_DEV") : "/dev/vhost-net-rs");
-	uint64_t f = 0;
-	int q, r;
 
-	memset(d, 0, sizeof(*d));
-	d->fd = d->tap = d->pkt = -1;
-	if (o->event_idx)
-		f |= 1ULL << VIRTIO_RING_F_EVENT_IDX;
-	if (o->indirect)
-		f |= 1ULL << VIRTIO_RING_F_INDIRECT_DESC;
-	if (o->mrg_rxbuf)
-		f |= 1ULL << VIRTIO_NET_F_MRG_RXBUF;
-	if (o->version_1)
-		f |= 1ULL << VIRTIO_F_VERSION_1;
-	if (o->vhost_hdr)
-		f |= 1ULL << VHOST_NET_F_VIRTIO_NET_HDR;
-	d->features = f;
-	d->vhost_hdr = o->vhost_hdr;
-	d->hdr_len = (o->mrg_rxbuf || o->version_1) ? 12 : 10;
-
-	d->mem = mmap(NULL, H_MEM_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (d->mem == MAP_FAILED)
-		return -errno;
 	d->fd = open(dev, O_RDWR);
 	if (d->fd < 0)
 		return -errno;
+	return h_configure(d, o);
+}
+
+/* h_attach on an open device fd without an owner. */
+static inline int h_configure(struct h_dev *d, const struct h_opts *o)
+{
+	struct { struct vhost_memory h; struct vhost_memory_region r[1]; } m = { 0 };
+	uint64_t f = d->features;
+	int q, r;
+
 	if ((r = h_ioctl(d->fd, VHOST_SET_OWNER, NULL)))
 		return r;
 	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
@@ -223,10 +216,6 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 	m.r[0].memory_size = H_MEM_SIZE;
 	m.r[0].userspace_addr = (uint64_t)(uintptr_t)d->mem;
 	if ((r = h_ioctl(d->fd, VHOST_SET_MEM_TABLE, &m)))
-		return r;
-	if ((r = h_tap_open(d, !o->vhost_hdr, o->tap_offload)))
-		return r;
-	if ((r = h_pkt_open(d)))
 		return r;
 	for (q = 0; q < 2; q++) {
 		struct h_vq *v = &d->vq[q];
@@ -266,12 +255,15 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 	return 0;
 }
 
-static inline void h_teardown(struct h_dev *d)
+/* Closes the device and its eventfds: what a QEMU exit leaves behind. The
+ * memory and the tap stay, for another h_attach. */
+static inline void h_detach(struct h_dev *d)
 {
 	int q;
 
 	if (d->fd >= 0)
 		close(d->fd);
+	d->fd = -1;
 	for (q = 0; q < 2; q++) {
 		if (d->vq[q].kick > 0)
 			close(d->vq[q].kick);
@@ -279,14 +271,52 @@ static inline void h_teardown(struct h_dev *d)
 			close(d->vq[q].call);
 		if (d->vq[q].err > 0)
 			close(d->vq[q].err);
+		d->vq[q].kick = d->vq[q].call = d->vq[q].err = 0;
 	}
+}
+
+/* Guest memory, a tap with its AF_PACKET peer, and an attached device. */
+static inline int h_setup(struct h_dev *d, const struct h_opts *o)
+{
+	uint64_t f = 0;
+	int r;
+
+	memset(d, 0, sizeof(*d));
+	d->fd = d->tap = d->pkt = -1;
+	if (o->event_idx)
+		f |= 1ULL << VIRTIO_RING_F_EVENT_IDX;
+	if (o->indirect)
+		f |= 1ULL << VIRTIO_RING_F_INDIRECT_DESC;
+	if (o->mrg_rxbuf)
+		f |= 1ULL << VIRTIO_NET_F_MRG_RXBUF;
+	if (o->version_1)
+		f |= 1ULL << VIRTIO_F_VERSION_1;
+	if (o->vhost_hdr)
+		f |= 1ULL << VHOST_NET_F_VIRTIO_NET_HDR;
+	d->features = f;
+	d->vhost_hdr = o->vhost_hdr;
+	d->hdr_len = (o->mrg_rxbuf || o->version_1) ? 12 : 10;
+
+	d->mem = mmap(NULL, H_MEM_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (d->mem == MAP_FAILED)
+		return -errno;
+	if ((r = h_tap_open(d, !o->vhost_hdr, o->tap_offload)))
+		return r;
+	if ((r = h_pkt_open(d)))
+		return r;
+	return h_attach(d, o);
+}
+
+static inline void h_teardown(struct h_dev *d)
+{
+	h_detach(d);
 	if (d->tap >= 0)
 		close(d->tap);
 	if (d->pkt >= 0)
 		close(d->pkt);
 	if (d->mem && d->mem != MAP_FAILED)
 		munmap(d->mem, H_MEM_SIZE);
-	d->fd = d->tap = d->pkt = -1;
+	d->tap = d->pkt = -1;
 	d->mem = NULL;
 }
 
@@ -478,6 +508,24 @@ static inline long long h_slab_kb(void)
 	static const char *const keys[] = { "Slab:", NULL };
 
 	return h_meminfo_kb(keys);
+}
+
+/* Bytes in active slab objects (sum over /proc/slabinfo of active objects
+ * times object size): finer than meminfo's Slab, which counts pages. */
+static inline long long h_slab_active_bytes(void)
+{
+	FILE *f = fopen("/proc/slabinfo", "r");
+	char line[512], name[128];
+	long long total = 0, active, num, size;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%127s %lld %lld %lld", name, &active, &num, &size) == 4)
+			total += active * size;
+	}
+	fclose(f);
+	return total;
 }
 
 /* Drops caches and waits for RCU-deferred frees (task structs) to land,

@@ -7,50 +7,13 @@
  * noisy, so the cycle is repeated up to three times and the smallest growth
  * counts: a real leak grows every time, noise does not.
  */
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
-#include <linux/vhost.h>
-
+#include "harness.h"
 #include "kselftest_harness.h"
 
 /* TCG, and more so the debug kernel, are slow: the harness's 30 s per test
  * would kill honest runs. A hung test still fails, just later. */
 #undef TEST_TIMEOUT_DEFAULT
 #define TEST_TIMEOUT_DEFAULT 900
-
-static long long slab_bytes(void)
-{
-	FILE *f = fopen("/proc/slabinfo", "r");
-	char line[512], name[128];
-	long long total = 0, active, num, size;
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%127s %lld %lld %lld", name, &active, &num, &size) == 4)
-			total += active * size;
-	}
-	fclose(f);
-	return total;
-}
-
-static void drop_caches(void)
-{
-	int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
-
-	if (fd >= 0) {
-		if (write(fd, "3", 1) < 0)
-			perror("drop_caches");
-		close(fd);
-	}
-	usleep(300 * 1000);	/* let RCU-deferred frees (task structs) land */
-}
 
 static int cycle(const char *dev, int n, int configure)
 {
@@ -89,12 +52,12 @@ static void run_cycles(struct __test_metadata *_metadata, int configure)
 
 	ASSERT_EQ(0, cycle(dev, 200, configure));	/* warm up caches */
 	for (attempt = 0; attempt < 3; attempt++) {
-		drop_caches();
-		before = slab_bytes();
+		h_settle();
+		before = h_slab_active_bytes();
 		ASSERT_LT(0, before) TH_LOG("cannot read /proc/slabinfo");
 		ASSERT_EQ(0, cycle(dev, 1000, configure));
-		drop_caches();
-		after = slab_bytes();
+		h_settle();
+		after = h_slab_active_bytes();
 		growth = after - before;
 		TH_LOG("attempt %d: slab %lld -> %lld bytes (%+lld)", attempt, before, after, growth);
 		if (best < 0 || growth < best)
