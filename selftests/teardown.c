@@ -27,6 +27,21 @@ static const struct h_opts opts = {
 	.tap_offload = -1,
 };
 
+/* Keeps the RX ring stocked with buffers, never past its size, and kicks. */
+static void rx_refill(struct h_dev *d)
+{
+	struct h_vq *v = &d->vq[0];
+
+	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
+		uint16_t head = v->avail_idx % v->num;
+
+		v->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), v->buf_size,
+							VRING_DESC_F_WRITE, 0 };
+		h_publish(d, 0, head);
+	}
+	h_kick(d, 0);
+}
+
 struct flood {
 	struct h_dev *d;
 	volatile int stop;
@@ -45,7 +60,7 @@ static void *flood_fn(void *arg)
 
 	h_frame(frame, 0, sizeof(frame));
 	while (!fl->stop) {
-		struct h_vq *tx = &d->vq[1], *rx = &d->vq[0];
+		struct h_vq *tx = &d->vq[1];
 
 		while (h_used_pending(d, 1))
 			h_take_used(d, 1);
@@ -57,15 +72,8 @@ static void *flood_fn(void *arg)
 		}
 		while (h_used_pending(d, 0))
 			h_take_used(d, 0);
-		while ((uint16_t)(rx->avail_idx - rx->used_seen) < rx->num) {
-			uint16_t head = rx->avail_idx % rx->num;
-
-			rx->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), rx->buf_size,
-								VRING_DESC_F_WRITE, 0 };
-			h_publish(d, 0, head);
-		}
+		rx_refill(d);
 		h_kick(d, 1);
-		h_kick(d, 0);
 		for (i = 0; i < 16; i++)
 			send(d->pkt, frame, sizeof(frame), MSG_DONTWAIT);
 		fl->rounds++;
@@ -134,21 +142,6 @@ static int tx_one(struct h_dev *d, int pkt, uint32_t seq)
 			break;
 	}
 	return h_wait_used(d, 1, (uint16_t)(v->avail_idx - v->used_seen), WAIT_MS);
-}
-
-/* Keeps the RX ring stocked with buffers, never past its size, and kicks. */
-static void rx_refill(struct h_dev *d)
-{
-	struct h_vq *v = &d->vq[0];
-
-	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
-		uint16_t head = v->avail_idx % v->num;
-
-		v->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), v->buf_size,
-							VRING_DESC_F_WRITE, 0 };
-		h_publish(d, 0, head);
-	}
-	h_kick(d, 0);
 }
 
 /* One guest RX frame, sent through the packet socket and found in the ring.
