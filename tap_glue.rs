@@ -115,8 +115,8 @@ impl TapSocket {
     ///
     /// # Safety
     ///
-    /// `ptr` is null, or an entry taken from this tap's RX ring and owned by
-    /// the caller; tun consumes it whatever the outcome.
+    /// `ptr` is an entry taken from this tap's RX ring and owned by the
+    /// caller; tun consumes it whatever the outcome.
     unsafe fn recv_ptr(&self, iov: &[UserIov], len: usize, ptr: *mut c_void) -> Result<usize> {
         let flags = bindings::MSG_DONTWAIT | bindings::MSG_TRUNC;
         let mut m = Self::msg(iov, len, bindings::ITER_DEST, flags);

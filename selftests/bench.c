@@ -130,8 +130,6 @@ static void *user_device(void *arg)
 	return NULL;
 }
 
-static int setup_pair_opts(struct pair *p, struct h_opts *op);
-
 static int setup_pair(struct pair *p)
 {
 	struct h_opts o = { .dev = dev_node(), .num = 256, .event_idx = true, .indirect = true,
@@ -144,8 +142,10 @@ static int setup_pair(struct pair *p)
 		o.rx_buf = o.tx_buf = H_GSO_LEN + 512;
 		o.tap_offload = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
 	}
-	r = setup_pair_opts(p, &o);
-	if (!r && gso) {
+	r = h_setup(&p->d, &o);
+	if (r)
+		return r;
+	if (gso) {
 		struct h_vq *v = &p->d.vq[1];
 		unsigned int i;
 
@@ -159,31 +159,17 @@ static int setup_pair(struct pair *p)
 		}
 		p->gso_s = h_gso_sock(&p->d);
 		if (p->gso_s < 0)
-			r = p->gso_s;
+			return p->gso_s;
 	}
-	return r;
-}
-
-static int setup_pair_opts(struct pair *p, struct h_opts *op)
-{
-	struct h_opts o = *op;
-
 	if (!strcmp(backend, "user")) {
-		/* Everything but attaching a vhost device: setup opens the
-		 * vhost node, so point it at the rs node and then detach. */
-		int r = h_setup(&p->d, &o);
-		struct vhost_vring_file b = { .index = 0, .fd = -1 };
-
-		if (r)
-			return r;
-		ioctl(p->d.fd, VHOST_NET_SET_BACKEND, &b);
-		b.index = 1;
-		ioctl(p->d.fd, VHOST_NET_SET_BACKEND, &b);
+		/* The baseline: everything but the vhost device, which h_setup
+		 * attached on the rs node; closing it leaves the rings, the
+		 * eventfds and the tap to this process. */
 		close(p->d.fd);
 		p->d.fd = -1;
 		return pthread_create(&p->dev_thr, NULL, user_device, p) ? -1 : 0;
 	}
-	return h_setup(&p->d, &o);
+	return 0;
 }
 
 /* ---- guest side ------------------------------------------------------- */

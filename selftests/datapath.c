@@ -119,6 +119,43 @@ static void rx_fill(struct h_dev *d, unsigned int n)
 	h_kick(d, 0);
 }
 
+/* Takes one received packet off the RX ring: its first used element and,
+ * with mergeable buffers, the num_buffers - 1 that follow, copied into buf
+ * (header included). Returns its length and sets *nb, or -1. */
+static ssize_t rx_take(struct __test_metadata *_metadata, struct h_dev *d, uint8_t *buf, size_t cap,
+		       uint16_t *nb)
+{
+	struct h_vq *v = &d->vq[0];
+	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
+	uint16_t k, n = 1;
+	size_t off = 0;
+
+	for (k = 0; k < n; k++) {
+		struct vring_used_elem e;
+
+		if (h_wait_used(d, 0, 1, WAIT_MS)) {
+			TH_LOG("rx: buffer %u of %u of a packet never reached the ring", k, n);
+			return -1;
+		}
+		e = h_take_used(d, 0);
+		if (e.id >= v->num || e.len > v->buf_size || off + e.len > cap) {
+			TH_LOG("rx: bad used element %u/%u", e.id, e.len);
+			return -1;
+		}
+		if (k == 0 && mrg) {
+			memcpy(&n, (uint8_t *)h_ptr(d, h_buf(d, 0, e.id)) + 10, 2);
+			if (n == 0 || n > v->num) {
+				TH_LOG("rx: bad num_buffers %u", n);
+				return -1;
+			}
+		}
+		memcpy(buf + off, h_ptr(d, h_buf(d, 0, e.id)), e.len);
+		off += e.len;
+	}
+	*nb = n;
+	return off;
+}
+
 /* Guest RX of `count` frames of `len` bytes, sent through the packet socket
  * in windows, each read back from the RX ring and checked. */
 static int run_rx(struct __test_metadata *_metadata, struct h_dev *d, uint32_t count, size_t len)
@@ -147,39 +184,16 @@ static int run_rx(struct __test_metadata *_metadata, struct h_dev *d, uint32_t c
 			w++;
 		}
 		while (got < sent) {
-			struct vring_used_elem e;
-			uint16_t nb = 1, k;
-			size_t off = 0;
-			uint8_t *hdr;
+			uint16_t nb;
+			ssize_t off = rx_take(_metadata, d, got_buf, sizeof(got_buf), &nb);
 
-			if (h_wait_used(d, 0, 1, WAIT_MS)) {
-				TH_LOG("rx: frame %u of %u never reached the ring", got, count);
+			if (off < 0) {
+				TH_LOG("rx: frame %u of %u not received", got, count);
 				return -1;
-			}
-			e = h_take_used(d, 0);
-			if (e.id >= v->num) {
-				TH_LOG("rx: bad used id %u", e.id);
-				return -1;
-			}
-			hdr = h_ptr(d, h_buf(d, 0, e.id));
-			if (mrg)
-				memcpy(&nb, hdr + 10, 2);
-			if (nb == 0 || nb > v->num) {
-				TH_LOG("rx: bad num_buffers %u", nb);
-				return -1;
-			}
-			memcpy(got_buf, hdr, e.len);
-			off = e.len;
-			for (k = 1; k < nb; k++) {
-				if (h_wait_used(d, 0, 1, WAIT_MS))
-					return -1;
-				e = h_take_used(d, 0);
-				memcpy(got_buf + off, h_ptr(d, h_buf(d, 0, e.id)), e.len);
-				off += e.len;
 			}
 			if (off < d->hdr_len ||
 			    h_check_frame(got_buf + d->hdr_len, off - d->hdr_len, len) != got) {
-				TH_LOG("rx: frame %u corrupt: %zu bytes, num_buffers %u", got, off, nb);
+				TH_LOG("rx: frame %u corrupt: %zd bytes, num_buffers %u", got, off, nb);
 				return -1;
 			}
 			got++;
@@ -530,53 +544,28 @@ static int gso_rx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
 {
 	static uint8_t frame[H_GSO_LEN], got[H_GSO_LEN + 64];
 	struct h_vq *v = &d->vq[0];
-	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
 	uint32_t seq;
 
 	rx_fill(d, v->num);
 	for (seq = 0; seq < count; seq++) {
 		struct iovec io[2] = { { (void *)&h_gso_hdr, sizeof(h_gso_hdr) }, { frame, H_GSO_LEN } };
 		struct msghdr mh = { .msg_iov = io, .msg_iovlen = 2 };
-		struct vring_used_elem e;
-		uint16_t nb = 1, k;
-		size_t off;
+		uint16_t nb;
+		ssize_t off;
 
 		h_gso_frame(frame, H_GSO_LEN, seq);
 		if (sendmsg(s, &mh, 0) != (ssize_t)(sizeof(h_gso_hdr) + H_GSO_LEN)) {
 			TH_LOG("gso rx: sendmsg: %s", strerror(errno));
 			return -1;
 		}
-		if (h_wait_used(d, 0, 1, WAIT_MS)) {
-			TH_LOG("gso rx: frame %u never reached the ring (drops %llu)", seq,
+		off = rx_take(_metadata, d, got, sizeof(got), &nb);
+		if (off < 0) {
+			TH_LOG("gso rx: frame %u not received (drops %llu)", seq,
 			       (unsigned long long)h_fdinfo_u64(d, "vq0:", "drops="));
 			return -1;
 		}
-		e = h_take_used(d, 0);
-		if (e.id >= v->num || e.len > v->buf_size) {
-			TH_LOG("gso rx: bad used element %u/%u", e.id, e.len);
-			return -1;
-		}
-		if (mrg)
-			memcpy(&nb, (uint8_t *)h_ptr(d, h_buf(d, 0, e.id)) + 10, 2);
-		if (nb == 0 || nb > v->num) {
-			TH_LOG("gso rx: bad num_buffers %u", nb);
-			return -1;
-		}
-		memcpy(got, h_ptr(d, h_buf(d, 0, e.id)), e.len);
-		off = e.len;
-		for (k = 1; k < nb; k++) {
-			if (h_wait_used(d, 0, 1, WAIT_MS))
-				return -1;
-			e = h_take_used(d, 0);
-			if (e.id >= v->num || off + e.len > sizeof(got)) {
-				TH_LOG("gso rx: bad used element %u/%u", e.id, e.len);
-				return -1;
-			}
-			memcpy(got + off, h_ptr(d, h_buf(d, 0, e.id)), e.len);
-			off += e.len;
-		}
 		if (off != d->hdr_len + H_GSO_LEN) {
-			TH_LOG("gso rx: frame %u: %zu bytes in %u buffers, want %u", seq, off, nb,
+			TH_LOG("gso rx: frame %u: %zd bytes in %u buffers, want %u", seq, off, nb,
 			       d->hdr_len + H_GSO_LEN);
 			return -1;
 		}

@@ -139,24 +139,37 @@ err:
 	return r;
 }
 
-static inline int h_pkt_open(struct h_dev *d)
+/* An AF_PACKET socket on d's tap for ethertype `proto`, that does not see
+ * its own sends; with vnet_hdr, frames carry a virtio header (GSO). */
+static inline int h_packet_socket(struct h_dev *d, uint16_t proto, bool vnet_hdr)
 {
-	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(H_ETH_TYPE),
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(proto),
 				   .sll_ifindex = d->ifindex };
 	int one = 1, big = 8 << 20;
-	int s = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(H_ETH_TYPE));
+	int s = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(proto));
 
 	if (s < 0)
 		return -errno;
-	setsockopt(s, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one));
-	setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
-	setsockopt(s, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
-	if (bind(s, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+	if ((vnet_hdr && setsockopt(s, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one))) ||
+	    setsockopt(s, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) ||
+	    setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) ||
+	    setsockopt(s, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) ||
+	    bind(s, (struct sockaddr *)&sll, sizeof(sll))) {
 		int r = -errno;
 
 		close(s);
 		return r;
 	}
+	return s;
+}
+
+/* The test frames' socket: our ethertype, no virtio header. */
+static inline int h_pkt_open(struct h_dev *d)
+{
+	int s = h_packet_socket(d, H_ETH_TYPE, false);
+
+	if (s < 0)
+		return s;
 	d->pkt = s;
 	return 0;
 }
@@ -465,24 +478,7 @@ static const struct virtio_net_hdr h_gso_hdr = {
 /* An AF_PACKET socket on the tap for IPv4 frames, with virtio headers. */
 static inline int h_gso_sock(struct h_dev *d)
 {
-	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP),
-				   .sll_ifindex = d->ifindex };
-	int one = 1, big = 8 << 20;
-	int s = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_IP));
-
-	if (s < 0)
-		return -errno;
-	if (setsockopt(s, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof(one)) ||
-	    setsockopt(s, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) ||
-	    setsockopt(s, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) ||
-	    setsockopt(s, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) ||
-	    bind(s, (struct sockaddr *)&sll, sizeof(sll))) {
-		int r = -errno;
-
-		close(s);
-		return r;
-	}
-	return s;
+	return h_packet_socket(d, ETH_P_IP, true);
 }
 
 /* Sum of the named /proc/meminfo fields ("Slab:", ...), in kB; -1 on error. */
