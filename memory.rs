@@ -8,22 +8,30 @@
 //! Ranges are checked once when the table is set (`validate`), and every
 //! access is bounded again when it is translated (`translate`), including an
 //! access that crosses from one region into the next.
+//!
+//! Like the C driver's interval tree, the table may hold overlapping
+//! regions; an address then translates through the region with the lowest
+//! guest-physical start that contains it (for equal starts, the one given
+//! first), as `vhost_iotlb_itree_first` picks it.
 
 /// One region, as userspace gave it, after validation.
 ///
 /// # Invariants
 ///
-/// `size > 0`, `gpa + size` and `uaddr + size` do not overflow, and all three
-/// values are multiples of [`REGION_ALIGN`].
+/// `size > 0`, and `gpa + size` and `uaddr + size` do not overflow. Like the
+/// C driver, which translates at byte granularity, no alignment is required:
+/// a vhost client that `malloc`s its buffers gives regions of any size at
+/// any address.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Region {
     pub(crate) gpa: u64,
     pub(crate) size: u64,
     pub(crate) uaddr: u64,
+    /// After [`validate`]: the largest end of this region and all regions
+    /// sorted before it, which makes the lookup a binary search even when
+    /// regions overlap.
+    reach: u64,
 }
-
-/// Regions must start and end on 4 KiB boundaries, as QEMU's RAM sections do.
-pub(crate) const REGION_ALIGN: u64 = 4096;
 
 /// Why a memory table or a translation was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,12 +40,8 @@ pub(crate) enum MemError {
     TooMany,
     /// A region of size 0, or one whose end wraps around 2^64.
     BadSize,
-    /// A region not aligned to [`REGION_ALIGN`].
-    Unaligned,
     /// A user address range above the user address-space limit.
     BadUserAddr,
-    /// Two regions overlap in guest-physical space.
-    Overlap,
     /// A translated range is not fully covered by regions.
     NotMapped,
 }
@@ -51,14 +55,11 @@ impl Region {
         }
         gpa.checked_add(size).ok_or(MemError::BadSize)?;
         let uend = uaddr.checked_add(size).ok_or(MemError::BadSize)?;
-        if gpa % REGION_ALIGN != 0 || size % REGION_ALIGN != 0 || uaddr % REGION_ALIGN != 0 {
-            return Err(MemError::Unaligned);
-        }
         if uend > user_limit {
             return Err(MemError::BadUserAddr);
         }
         // INVARIANT: checked above.
-        Ok(Region { gpa, size, uaddr })
+        Ok(Region { gpa, size, uaddr, reach: gpa + size })
     }
 
     fn end(&self) -> u64 {
@@ -67,25 +68,38 @@ impl Region {
     }
 }
 
-/// Sorts `regions` by guest-physical address and rejects overlaps.
+/// Sorts `regions` by guest-physical address, keeping the given order among
+/// equal starts, and prepares them for [`translate`]. Overlaps are allowed.
 pub(crate) fn validate(regions: &mut [Region], max: usize) -> Result<(), MemError> {
     if regions.len() > max {
         return Err(MemError::TooMany);
     }
-    regions.sort_unstable_by_key(|r| r.gpa);
-    for w in regions.windows(2) {
-        if w[0].end() > w[1].gpa {
-            return Err(MemError::Overlap);
+    // Insertion sort: stable and `core`-only; at most a few hundred regions,
+    // once per table.
+    for i in 1..regions.len() {
+        let mut j = i;
+        while j > 0 && regions[j - 1].gpa > regions[j].gpa {
+            regions.swap(j - 1, j);
+            j -= 1;
         }
+    }
+    let mut reach = 0;
+    for region in regions.iter_mut() {
+        reach = core::cmp::max(reach, region.end());
+        region.reach = reach;
     }
     Ok(())
 }
 
-/// Finds the region containing `gpa` in a table sorted by [`validate`].
+/// Finds the region that translates `gpa` in a table prepared by
+/// [`validate`]: of the regions containing it, the first in sorted order.
+/// That is the first region whose `reach` passes `gpa` (every region before
+/// it ends at or below `gpa`), if it starts at or below `gpa`.
 fn find(regions: &[Region], gpa: u64) -> Option<&Region> {
-    let i = regions.partition_point(|r| r.gpa <= gpa);
-    let r = regions.get(i.checked_sub(1)?)?;
-    (gpa < r.end()).then_some(r)
+    let index = regions.partition_point(|r| r.reach <= gpa);
+    let region = regions.get(index)?;
+    // `reach` first passed `gpa` here, so this region's own end does.
+    (region.gpa <= gpa && gpa < region.end()).then_some(region)
 }
 
 /// One contiguous piece of a translated guest range.

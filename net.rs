@@ -1,76 +1,110 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The virtio-net data path: guest TX ring to tap, tap to guest RX ring.
+//! The virtio-net data path: guest TX ring to tap ([`TxQueue`]), tap to
+//! guest RX ring ([`RxQueue`]).
 //!
-//! Both handlers run in their queue's worker with the queue's lock held, do
-//! at most a weight of work per run (so one busy queue cannot monopolise its
+//! Both run in their queue's worker with the queue's lock held, do at most
+//! a weight of work per run (so one busy queue cannot monopolise its
 //! worker), batch used-ring updates, and signal the guest only when its
-//! notification-suppression state asks for it.
+//! notification-suppression state asks for it. Each per-packet step returns
+//! a typed outcome; a malformed ring is the only error, and it stops the
+//! queue.
 
-use crate::glue::EventFd;
-use crate::tap_glue::{TapSocket, TxBatch};
+use crate::file_poll::{FilePoll, POLLIN, POLLOUT};
+use crate::tap_glue::{Batched, RxBatch, SendError, TapSocket, TxBatch, UserIov};
 use crate::uaccess::OwnerMem;
-use crate::uapi::{bit, feature};
-use crate::virtqueue::{Stats, UserIov, VirtQueue, VqInner, MAX_BATCH, MAX_RX_HEADS};
-use crate::vring::{GuestMemory, Iov, Vring, VringError};
-use kernel::prelude::*;
+use crate::uapi::{feature, VirtioNetHdr};
+use crate::virtqueue::{ActiveRing, Backend, VqState, MAX_BATCH, MAX_RX_HEADS};
+use crate::vring::{Chain, GuestMemory, Iov, UsedElem, VringError, MAX_SEGMENTS};
+use crate::worker::Waker;
+use kernel::{
+    fs::File,
+    prelude::*,
+    sync::{aref::ARef, Arc},
+};
 
 /// Packets per run before yielding (`VHOST_NET_PKT_WEIGHT`).
 const PKT_WEIGHT: u64 = 256;
 /// Bytes per run before yielding (`VHOST_NET_WEIGHT`).
 const BYTE_WEIGHT: u64 = 0x80000;
 
-/// Offset of `num_buffers` in `struct virtio_net_hdr_mrg_rxbuf`.
-const NUM_BUFFERS_OFF: usize = 10;
+/// Used elements of scratch an RX queue needs: one packet's buffers after up
+/// to `MAX_BATCH` unpublished ones.
+pub(crate) const RX_HEADS: usize = MAX_RX_HEADS + MAX_BATCH;
+/// Used elements of scratch a TX queue needs: one batch.
+pub(crate) const TX_HEADS: usize = MAX_BATCH;
 
-/// Header lengths: (added/stripped by vhost, added/stripped by the tap).
-fn hdr_lens(features: u64) -> (usize, usize) {
-    let hdr = if features & (bit(feature::VIRTIO_NET_F_MRG_RXBUF) | bit(feature::VIRTIO_F_VERSION_1))
-        != 0
-    {
-        12
-    } else {
-        10
-    };
-    if features & bit(feature::VHOST_NET_F_VIRTIO_NET_HDR) != 0 {
-        (hdr, 0)
-    } else {
-        (0, hdr)
+/// Where the virtio-net header is added or stripped, and how long it is.
+#[derive(Clone, Copy)]
+struct HeaderLens {
+    /// Added/stripped by vhost (`VHOST_NET_F_VIRTIO_NET_HDR`).
+    vhost: usize,
+    /// Added/stripped by the tap (`IFF_VNET_HDR`).
+    sock: usize,
+}
+
+impl HeaderLens {
+    fn of<B>(active: &ActiveRing<'_, B>) -> Self {
+        let len = if active.has_feature(feature::VIRTIO_NET_F_MRG_RXBUF)
+            || active.has_feature(feature::VIRTIO_F_VERSION_1)
+        {
+            VirtioNetHdr::LEN
+        } else {
+            VirtioNetHdr::LEN_LEGACY
+        };
+        if active.has_feature(feature::VHOST_NET_F_VIRTIO_NET_HDR) {
+            Self { vhost: len, sock: 0 }
+        } else {
+            Self { vhost: 0, sock: len }
+        }
+    }
+}
+
+/// The packets and bytes a run has done, against the weight.
+#[derive(Default)]
+struct Weight {
+    packets: u64,
+    bytes: u64,
+}
+
+impl Weight {
+    fn exceeded(&self) -> bool {
+        self.packets >= PKT_WEIGHT || self.bytes >= BYTE_WEIGHT
     }
 }
 
 /// Fills `uiov` with the segments `iov`, skipping the first `skip` bytes.
 /// Returns the number of user iovecs written.
 fn to_user_iov(iov: &[Iov], mut skip: u64, uiov: &mut [UserIov]) -> usize {
-    let mut n = 0;
-    for s in iov {
-        if skip >= s.len {
-            skip -= s.len;
+    let mut count = 0;
+    for seg in iov {
+        if skip >= seg.len {
+            skip -= seg.len;
             continue;
         }
-        let Some(slot) = uiov.get_mut(n) else { break };
-        *slot = UserIov { base: (s.addr + skip) as usize, len: (s.len - skip) as usize };
+        let Some(slot) = uiov.get_mut(count) else { break };
+        *slot = UserIov { base: (seg.addr + skip) as usize, len: (seg.len - skip) as usize };
         skip = 0;
-        n += 1;
+        count += 1;
     }
-    n
+    count
 }
 
-/// Writes `data` at byte `off` of the buffer described by `iov`.
-fn write_iov<M: GuestMemory>(m: &M, iov: &[Iov], mut off: u64, data: &[u8]) -> Result<(), VringError> {
+/// Writes `data` at byte `offset` of the buffer described by `iov`.
+fn write_iov<M: GuestMemory>(mem: &M, iov: &[Iov], mut offset: u64, data: &[u8]) -> Result<(), VringError> {
     let mut done = 0usize;
-    for s in iov {
+    for seg in iov {
         if done == data.len() {
             break;
         }
-        if off >= s.len {
-            off -= s.len;
+        if offset >= seg.len {
+            offset -= seg.len;
             continue;
         }
-        let n = core::cmp::min((s.len - off) as usize, data.len() - done);
-        m.write(s.addr + off, &data[done..done + n])?;
+        let n = core::cmp::min((seg.len - offset) as usize, data.len() - done);
+        mem.write(seg.addr + offset, &data[done..done + n])?;
         done += n;
-        off = 0;
+        offset = 0;
     }
     if done == data.len() {
         Ok(())
@@ -79,291 +113,364 @@ fn write_iov<M: GuestMemory>(m: &M, iov: &[Iov], mut off: u64, data: &[u8]) -> R
     }
 }
 
-/// Publishes `heads` and signals the guest if it wants to be.
-fn flush(
-    vq: &VirtQueue,
-    ring: &mut Vring,
-    call: &Option<EventFd>,
-    heads: &[(u16, u32)],
-) -> Result<(), VringError> {
-    if heads.is_empty() {
-        return Ok(());
-    }
-    let m = OwnerMem;
-    ring.add_used(&m, heads)?;
-    if ring.should_notify(&m)? {
-        if let Some(c) = call {
-            c.signal();
-            Stats::add(&vq.stats.calls, 1);
-        }
-    }
-    Ok(())
+/// A user iovec array of `MAX_SEGMENTS` entries.
+fn user_iov_scratch() -> Result<KVec<UserIov>> {
+    let mut uiov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
+    uiov.resize(MAX_SEGMENTS, UserIov::default(), GFP_KERNEL)?;
+    Ok(uiov)
 }
 
-/// Sends what is batched, then publishes the used entries of everything
-/// consumed so far. Data was copied out of the guest's buffers already, so
-/// the order only keeps the guest's view simple: used means sent.
-fn tx_flush(
-    vq: &VirtQueue,
-    ring: &mut Vring,
-    call: &Option<EventFd>,
-    heads: &[(u16, u32)],
-    txb: &mut Option<TxBatch>,
-    sock: &TapSocket,
-) -> Result<(), VringError> {
-    if let Some(b) = txb.as_mut() {
-        let n = b.len() as u64;
-        if b.send(sock).is_err() {
-            Stats::add(&vq.stats.drops, n);
-        }
-    }
-    flush(vq, ring, call, heads)
+/// The TX side of a tap: the socket, the batch of small packets, and a poll
+/// for send space, armed only after the tap refused a packet.
+pub(crate) struct TxQueue {
+    sock: TapSocket,
+    batch: TxBatch,
+    space: Option<Pin<KBox<FilePoll>>>,
+    uiov: KVec<UserIov>,
 }
 
-/// Guest to tap. Returns true if it stopped because of the weight.
-pub(crate) fn handle_tx(vq: &VirtQueue, s: &mut VqInner) -> bool {
-    if s.broken {
-        return false;
+impl TxQueue {
+    pub(crate) fn new(file: ARef<File>) -> Result<Self> {
+        Ok(Self { sock: TapSocket::new(file)?, batch: TxBatch::new()?, space: None, uiov: user_iov_scratch()? })
     }
-    let (Some(sock), Some(mem)) = (s.backend.clone(), s.mem.clone()) else { return false };
-    let (vhost_hlen, sock_hlen) = hdr_lens(s.features);
-    let batching = s.txb.is_some() && sock.can_batch();
-    let m = OwnerMem;
-    let mut pkts = 0u64;
-    let mut bytes = 0u64;
-    let mut nheads = 0usize;
-    let mut wait_space = false;
-    // Counted locally and published once per run: no atomic per packet.
-    let (mut sent, mut sent_bytes) = (0u64, 0u64);
-    let res: Result<bool, VringError> = (|| {
-        let VqInner { ring, iov, uiov, heads, call, txb, .. } = &mut *s;
-        let Some(ring) = ring.as_mut() else { return Ok(false) };
-        ring.disable_notify(&m)?;
-        loop {
-            if pkts >= PKT_WEIGHT || bytes >= BYTE_WEIGHT {
-                tx_flush(vq, ring, call, &heads[..nheads], txb, &sock)?;
-                return Ok(true);
+
+    /// Sends the batch; its packets' chains are consumed either way.
+    fn send_batch(&mut self, stats_drops: &mut u64) {
+        if let Err(lost) = self.batch.send(&self.sock) {
+            *stats_drops += lost as u64;
+        }
+    }
+
+    /// Waits for the tap to take packets again: the worker is woken when it
+    /// has room (or at once, if it has already).
+    fn wait_for_space(&mut self, waker: &Arc<Waker>) {
+        self.space = None;
+        self.space = FilePoll::start(self.sock.file().clone(), POLLOUT, waker.clone()).ok();
+        if self.space.is_none() {
+            // No poll (no memory, or the tap reports an error): look again
+            // after a reschedule rather than never.
+            waker.wake();
+        }
+    }
+}
+
+/// What happened to one TX packet.
+enum TxStep {
+    /// Gone to the tap (or batched for it), or dropped: its chain is done.
+    Consumed { sent: bool, len: usize },
+    /// The tap cannot take it now: put the chain back and wait for space.
+    Retry,
+}
+
+/// Sends the packet of `chain` (whose readable segments are in `iov`).
+fn tx_one(txq: &mut TxQueue, iov: &[Iov], chain: &Chain, hdr: HeaderLens, drops: &mut u64) -> Result<TxStep, VringError> {
+    if chain.inn != 0 {
+        return Err(VringError::WrongDirection);
+    }
+    let vhost_hlen = hdr.vhost as u64;
+    if chain.out_len < vhost_hlen {
+        return Err(VringError::WrongDirection);
+    }
+    let len = (chain.out_len - vhost_hlen) as usize;
+    let nuiov = to_user_iov(&iov[..chain.out], vhost_hlen, &mut txq.uiov);
+    if txq.sock.can_batch() {
+        let mut outcome = txq.batch.add(&txq.sock, &txq.uiov[..nuiov], len, hdr.sock);
+        if outcome == Batched::Full {
+            txq.send_batch(drops);
+            outcome = txq.batch.add(&txq.sock, &txq.uiov[..nuiov], len, hdr.sock);
+        }
+        match outcome {
+            Batched::Added => return Ok(TxStep::Consumed { sent: true, len }),
+            Batched::Malformed => {
+                *drops += 1;
+                return Ok(TxStep::Consumed { sent: false, len });
             }
-            let Some(c) = ring.pop(&m, &mem, iov)? else {
-                if ring.enable_notify(&m)? {
-                    ring.disable_notify(&m)?;
+            Batched::NoMemory => {
+                txq.send_batch(drops);
+                return Ok(TxStep::Retry);
+            }
+            // Larger than a page: what is batched goes first, to keep the
+            // order, then this one on its own.
+            Batched::TooBig | Batched::Full => txq.send_batch(drops),
+        }
+    }
+    match txq.sock.send(&txq.uiov[..nuiov], len) {
+        Ok(()) => Ok(TxStep::Consumed { sent: true, len }),
+        Err(SendError::Busy) => Ok(TxStep::Retry),
+        Err(SendError::Dropped) => {
+            *drops += 1;
+            Ok(TxStep::Consumed { sent: false, len })
+        }
+    }
+}
+
+/// Guest to tap, one run. Returns true if it stopped because of the weight.
+fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
+    let mem = OwnerMem;
+    let hdr = HeaderLens::of(active);
+    let mut weight = Weight::default();
+    let mut pending = 0usize;
+    let (mut sent, mut sent_bytes, mut drops) = (0u64, 0u64, 0u64);
+    active.ring.disable_notify(&mem)?;
+    let result = loop {
+        if weight.exceeded() {
+            break Ok(true);
+        }
+        let chain = match active.ring.pop(&mem, active.mem, active.iov) {
+            Ok(Some(chain)) => chain,
+            Ok(None) => match active.ring.enable_notify(&mem) {
+                // Buffers arrived meanwhile: go on, but charge the retry
+                // to the weight, so a guest flipping avail->idx cannot
+                // keep this worker looping.
+                Ok(true) => {
+                    weight.packets += 1;
+                    if let Err(err) = active.ring.disable_notify(&mem) {
+                        break Err(err);
+                    }
                     continue;
                 }
-                break;
-            };
-            if c.inn != 0 {
-                return Err(VringError::WrongDirection);
-            }
-            let hl = vhost_hlen as u64;
-            if c.out_len < hl {
-                return Err(VringError::WrongDirection);
-            }
-            let len = (c.out_len - hl) as usize;
-            let n = to_user_iov(&iov[..c.out], hl, uiov);
-            // Fast path: copy into a page fragment for one batched sendmsg.
-            let mut done = false;
-            if let (true, Some(b)) = (batching, txb.as_mut()) {
-                match b.add(&uiov[..n], len, sock_hlen) {
-                    Ok(()) => {
-                        sent += 1;
-                        sent_bytes += len as u64;
-                        done = true;
-                    }
-                    // Too big for a page: send what is batched first, to
-                    // keep the order, then this one the slow way.
-                    Err(e) if e == ENOSPC => {
-                        let k = b.len() as u64;
-                        if b.send(&sock).is_err() {
-                            Stats::add(&vq.stats.drops, k);
-                        }
-                    }
-                    Err(_) => {
-                        Stats::add(&vq.stats.drops, 1);
-                        done = true;
-                    }
+                Ok(false) => break Ok(false),
+                Err(err) => break Err(err),
+            },
+            Err(err) => break Err(err),
+        };
+        match tx_one(active.backend, active.iov, &chain, hdr, &mut drops) {
+            Ok(TxStep::Consumed { sent: was_sent, len }) => {
+                if was_sent {
+                    sent += 1;
+                    sent_bytes += len as u64;
                 }
+                active.heads[pending] = UsedElem { head: chain.head, len: 0 };
+                pending += 1;
+                weight.packets += 1;
+                weight.bytes += len as u64;
             }
-            if !done {
-                match sock.send(&uiov[..n], len) {
-                    Err(e) if e == EAGAIN || e == ENOBUFS => {
-                        ring.unpop(1);
-                        wait_space = true;
-                        break;
-                    }
-                    Err(_) => Stats::add(&vq.stats.drops, 1),
-                    Ok(_) => {
-                        sent += 1;
-                        sent_bytes += len as u64;
-                    }
-                }
+            Ok(TxStep::Retry) => {
+                active.ring.unpop(1);
+                active.backend.wait_for_space(active.waker);
+                break Ok(false);
             }
-            heads[nheads] = (c.head, 0);
-            nheads += 1;
-            if nheads == MAX_BATCH {
-                tx_flush(vq, ring, call, &heads[..nheads], txb, &sock)?;
-                nheads = 0;
-            }
-            pkts += 1;
-            bytes += len as u64;
+            Err(err) => break Err(err),
         }
-        tx_flush(vq, ring, call, &heads[..nheads], txb, &sock)?;
-        Ok(false)
-    })();
-    Stats::add(&vq.stats.packets, sent);
-    Stats::add(&vq.stats.bytes, sent_bytes);
-    if wait_space {
-        vq.poll_tx_space(s);
-    }
-    match res {
-        Ok(more) => more,
-        Err(e) => {
-            // Whatever was batched still goes out; its chains were consumed.
-            if let (Some(b), Some(sock)) = (s.txb.as_mut(), s.backend.clone()) {
-                let _ = b.send(&sock);
+        if pending == MAX_BATCH {
+            active.backend.send_batch(&mut drops);
+            if let Err(err) = active.publish(pending) {
+                break Err(err);
             }
-            vq.fail(s, e);
-            false
+            pending = 0;
+        }
+    };
+    // Whatever was batched goes out, and the used entries of everything
+    // consumed are published, however the run ended: their chains are
+    // done. Data was copied out of the guest's buffers already, so the
+    // order only keeps the guest's view simple: used means sent.
+    active.backend.send_batch(&mut drops);
+    let published = active.publish(pending);
+    active.stats.packets += sent;
+    active.stats.bytes += sent_bytes;
+    active.stats.drops += drops;
+    result.and_then(|more| published.map(|()| more))
+}
+
+impl Backend for TxQueue {
+    fn service(queue: &mut VqState<Self>) -> bool {
+        let Some(mut active) = queue.active() else { return false };
+        match handle_tx(&mut active) {
+            Ok(more) => more,
+            Err(err) => {
+                queue.fail(err);
+                false
+            }
         }
     }
 }
 
-/// Tap to guest. Returns true if it stopped because of the weight.
-pub(crate) fn handle_rx(vq: &VirtQueue, s: &mut VqInner) -> bool {
-    if s.broken {
-        return false;
+/// The RX side of a tap: the socket's queued packets, and the poll that
+/// wakes the worker when packets arrive.
+pub(crate) struct RxQueue {
+    batch: RxBatch,
+    poll: Pin<KBox<FilePoll>>,
+    uiov: KVec<UserIov>,
+}
+
+impl RxQueue {
+    /// Starts listening to the tap behind `file` for packets.
+    pub(crate) fn new(file: ARef<File>, waker: &Arc<Waker>) -> Result<Self> {
+        let sock = Arc::new(TapSocket::new(file)?, GFP_KERNEL)?;
+        let batch = RxBatch::new(sock.clone())?;
+        let poll = FilePoll::start(sock.file().clone(), POLLIN, waker.clone())?;
+        Ok(Self { batch, poll, uiov: user_iov_scratch()? })
     }
-    let Some(mem) = s.mem.clone() else { return false };
-    let (vhost_hlen, sock_hlen) = hdr_lens(s.features);
-    let mergeable = s.features & bit(feature::VIRTIO_NET_F_MRG_RXBUF) != 0;
-    let m = OwnerMem;
-    let (mut pkts, mut delivered, mut bytes) = (0u64, 0u64, 0u64);
-    let res: Result<bool, VringError> = (|| {
-        let VqInner { ring, iov, uiov, heads, call, rxb, sock_poll, .. } = &mut *s;
-        let (Some(ring), Some(sock)) = (ring.as_mut(), rxb.as_mut()) else { return Ok(false) };
-        // Packets that arrive while this run drains the tap need no wakeup;
-        // the tap is listened to again only once it is found empty. Runs
-        // that end for lack of guest buffers leave it quiet: the guest's
-        // kick brings the worker back.
-        let listen = |on: bool| {
-            if let Some(p) = sock_poll.as_ref() {
-                p.set_armed(on);
+
+    /// Whether the tap's events wake the worker; see
+    /// [`FilePoll::set_armed`].
+    fn listen(&self, on: bool) {
+        self.poll.set_armed(on);
+    }
+
+    /// The next packet's length, listening to the tap again (and looking
+    /// once more) when it is empty.
+    fn next_len(&mut self) -> Option<usize> {
+        if let Some(len) = self.batch.peek_len() {
+            return Some(len);
+        }
+        self.listen(true);
+        // A packet queued before the listener was back did not wake us.
+        let len = self.batch.peek_len()?;
+        self.listen(false);
+        Some(len)
+    }
+}
+
+/// Buffers gathered for one RX packet.
+enum Gather {
+    /// `heads` chains with `segs` writable segments hold the packet.
+    Ready { heads: usize, segs: usize },
+    /// The guest's buffers cannot hold it (`heads` chains were taken).
+    TooSmall { heads: usize },
+    /// The ring ran out of buffers (all taken ones were put back).
+    Empty,
+}
+
+/// Takes buffers until `need` bytes fit: one chain without mergeable
+/// buffers, up to `MAX_RX_HEADS` chains (and as many segments) with them.
+/// Their used elements go to `active.heads[first..]`. On error every chain
+/// taken is put back.
+fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, mergeable: bool) -> Result<Gather, VringError> {
+    let mem = OwnerMem;
+    let (mut heads, mut segs, mut got) = (0usize, 0usize, 0u64);
+    while got < need {
+        if heads == MAX_RX_HEADS || segs == active.iov.len() || (!mergeable && heads == 1) {
+            return Ok(Gather::TooSmall { heads });
+        }
+        let chain = match active.ring.pop(&mem, active.mem, &mut active.iov[segs..]) {
+            Ok(Some(chain)) => chain,
+            Ok(None) => {
+                active.ring.unpop(heads as u16);
+                return Ok(Gather::Empty);
+            }
+            Err(err) => {
+                active.ring.unpop(heads as u16);
+                return Err(err);
             }
         };
-        listen(false);
-        // heads[..pending]: packets written to the guest whose used entries
-        // are not published yet. They go out MAX_BATCH at a time and when
-        // the run ends, whatever ends it.
-        let mut pending = 0usize;
-        let r = (|| loop {
-            if pending >= MAX_BATCH {
-                flush(vq, ring, call, &heads[..pending])?;
-                pending = 0;
+        // A chain the device cannot write into: readable buffers, or no
+        // writable bytes at all (the C driver's "unexpected descriptor
+        // format for RX"). It must not count in num_buffers.
+        if chain.out != 0 || chain.inn == 0 {
+            active.ring.unpop(heads as u16 + 1);
+            return Err(if chain.out != 0 { VringError::WrongDirection } else { VringError::EmptyRxBuffer });
+        }
+        let take = core::cmp::min(chain.in_len, need - got);
+        active.heads[first + heads] = UsedElem { head: chain.head, len: take as u32 };
+        got += chain.in_len;
+        segs += chain.inn;
+        heads += 1;
+    }
+    Ok(Gather::Ready { heads, segs })
+}
+
+/// Tap to guest, one run. Returns true if it stopped because of the weight.
+fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
+    let mem = OwnerMem;
+    let hdr = HeaderLens::of(active);
+    let mergeable = active.has_feature(feature::VIRTIO_NET_F_MRG_RXBUF);
+    let mut weight = Weight::default();
+    let (mut delivered, mut drops) = (0u64, 0u64);
+    // Packets that arrive while this run drains the tap need no wakeup; the
+    // tap is listened to again only once it is found empty. Runs that end
+    // for lack of guest buffers leave it quiet: the guest's kick brings the
+    // worker back.
+    active.backend.listen(false);
+    // heads[..pending]: packets written to the guest whose used entries are
+    // not published yet. They go out MAX_BATCH at a time and when the run
+    // ends, whatever ends it.
+    let mut pending = 0usize;
+    let result = loop {
+        if pending >= MAX_BATCH {
+            if let Err(err) = active.publish(pending) {
+                break Err(err);
             }
-            if pkts >= PKT_WEIGHT || bytes >= BYTE_WEIGHT {
-                return Ok(true);
-            }
-            let mut plen = sock.peek_len();
-            if plen == 0 {
-                listen(true);
-                // A packet queued before the listener was back did not wake
-                // us: look once more.
-                plen = sock.peek_len();
-                if plen == 0 {
-                    return Ok(false);
-                }
-                listen(false);
-            }
-            let sock_len = plen + sock_hlen;
-            let need = (sock_len + vhost_hlen) as u64;
-            // Gather buffers until the packet fits: one chain without
-            // mergeable buffers, up to MAX_RX_HEADS chains (and as many iov
-            // segments) with them.
-            let mut nh = 0usize;
-            let mut seg = 0usize;
-            let mut got = 0u64;
-            let mut too_small = false;
-            while got < need {
-                if nh == MAX_RX_HEADS || seg == iov.len() || (!mergeable && nh == 1) {
-                    too_small = true;
-                    break;
-                }
-                let c = match ring.pop(&m, &mem, &mut iov[seg..]) {
-                    Ok(Some(c)) => c,
-                    Ok(None) => {
-                        // Not enough buffers: give back what we took and
-                        // wait for the guest's kick; the packet stays queued.
-                        ring.unpop(nh as u16);
-                        if ring.enable_notify(&m)? {
-                            ring.disable_notify(&m)?;
-                            nh = usize::MAX;
-                            break;
-                        }
-                        return Ok(false);
-                    }
-                    Err(e) => {
-                        ring.unpop(nh as u16);
-                        return Err(e);
-                    }
-                };
-                if c.out != 0 {
-                    ring.unpop(nh as u16 + 1);
-                    return Err(VringError::WrongDirection);
-                }
-                let take = core::cmp::min(c.in_len, need - got);
-                heads[pending + nh] = (c.head, take as u32);
-                got += c.in_len;
-                seg += c.inn;
-                nh += 1;
-            }
-            if nh == usize::MAX {
-                continue; // buffers arrived while enabling notifications
-            }
-            // Every packet taken off the tap counts toward the weight,
-            // dropped ones included, so no run can go on forever.
-            pkts += 1;
-            if too_small {
-                // CVE-2014-0077: a packet larger than the guest's buffers is
-                // dropped whole, never written past them.
-                ring.unpop(nh as u16);
-                sock.discard();
-                Stats::add(&vq.stats.drops, 1);
+            pending = 0;
+        }
+        if weight.exceeded() {
+            break Ok(true);
+        }
+        let Some(len) = active.backend.next_len() else { break Ok(false) };
+        let sock_len = len + hdr.sock;
+        let need = (sock_len + hdr.vhost) as u64;
+        let (heads, segs) = match gather_rx(active, pending, need, mergeable) {
+            Ok(Gather::Ready { heads, segs }) => (heads, segs),
+            Ok(Gather::TooSmall { heads }) => {
+                // CVE-2014-0077: a packet larger than the guest's buffers
+                // is dropped whole, never written past them. Every packet
+                // taken off the tap counts toward the weight.
+                active.ring.unpop(heads as u16);
+                active.backend.batch.discard();
+                drops += 1;
+                weight.packets += 1;
                 continue;
             }
-            let n = to_user_iov(&iov[..seg], vhost_hlen as u64, uiov);
-            match sock.recv(&uiov[..n], sock_len) {
-                Ok(r) if r == sock_len => {}
-                _ => {
-                    // Truncated or failed: tun consumed the packet either
-                    // way; count the drop and keep the buffers.
-                    ring.unpop(nh as u16);
-                    Stats::add(&vq.stats.drops, 1);
+            Ok(Gather::Empty) => match active.ring.enable_notify(&mem) {
+                // Buffers arrived meanwhile: go on, charging the retry.
+                Ok(true) => {
+                    weight.packets += 1;
+                    if let Err(err) = active.ring.disable_notify(&mem) {
+                        break Err(err);
+                    }
                     continue;
                 }
+                // Wait for the guest's kick; the packet stays queued.
+                Ok(false) => break Ok(false),
+                Err(err) => break Err(err),
+            },
+            Err(err) => break Err(err),
+        };
+        weight.packets += 1;
+        let rxq = &mut *active.backend;
+        let nuiov = to_user_iov(&active.iov[..segs], hdr.vhost as u64, &mut rxq.uiov);
+        match rxq.batch.recv(&rxq.uiov[..nuiov], sock_len) {
+            Ok(got) if got == sock_len => {}
+            _ => {
+                // Truncated or failed: tun consumed the packet either way;
+                // count the drop and keep the buffers.
+                active.ring.unpop(heads as u16);
+                drops += 1;
+                continue;
             }
-            let nb = (nh as u16).to_le_bytes();
-            if vhost_hlen > 0 {
-                let mut hdr = [0u8; 12];
-                if mergeable {
-                    hdr[NUM_BUFFERS_OFF..].copy_from_slice(&nb);
-                }
-                write_iov(&m, &iov[..seg], 0, &hdr[..vhost_hlen])?;
-            } else if mergeable {
-                write_iov(&m, &iov[..seg], NUM_BUFFERS_OFF as u64, &nb)?;
+        }
+        let num_buffers = heads as u16;
+        let written = if hdr.vhost > 0 {
+            let header = VirtioNetHdr { num_buffers: if mergeable { num_buffers } else { 0 }, ..Default::default() };
+            write_iov(&mem, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
+        } else if mergeable {
+            write_iov(&mem, &active.iov[..segs], VirtioNetHdr::NUM_BUFFERS_OFFSET as u64, &num_buffers.to_le_bytes())
+        } else {
+            Ok(())
+        };
+        if let Err(err) = written {
+            break Err(err);
+        }
+        pending += heads;
+        delivered += 1;
+        weight.bytes += sock_len as u64;
+    };
+    let published = active.publish(pending);
+    active.stats.packets += delivered;
+    active.stats.bytes += weight.bytes;
+    active.stats.drops += drops;
+    result.and_then(|more| published.map(|()| more))
+}
+
+impl Backend for RxQueue {
+    fn service(queue: &mut VqState<Self>) -> bool {
+        let Some(mut active) = queue.active() else { return false };
+        match handle_rx(&mut active) {
+            Ok(more) => more,
+            Err(err) => {
+                queue.fail(err);
+                false
             }
-            pending += nh;
-            delivered += 1;
-            bytes += sock_len as u64;
-        })();
-        let f = flush(vq, ring, call, &heads[..pending]);
-        r.and_then(|more| f.map(|()| more))
-    })();
-    Stats::add(&vq.stats.packets, delivered);
-    Stats::add(&vq.stats.bytes, bytes);
-    match res {
-        Ok(more) => more,
-        Err(e) => {
-            vq.fail(s, e);
-            false
         }
     }
 }

@@ -3,43 +3,69 @@
 //! The tap backend: the socket behind a `/dev/net/tun` file.
 //!
 //! Packets go straight between the owner's buffers (described by user
-//! iovecs) and the tun socket through its `sendmsg`/`recvmsg`, without a copy
-//! into userspace in between.
+//! iovecs) and the tun socket, without a copy into userspace in between:
+//! one `sendmsg` per batch of small TX packets ([`TxBatch`]), one per large
+//! packet ([`TapSocket::send`]), and one `recvmsg` per RX packet, taken off
+//! tun's queue in batches ([`RxBatch`]).
 
-use crate::virtqueue::UserIov;
-use core::ptr::NonNull;
+use crate::shim::{self, PtrRing, XdpBuff};
+use crate::uapi::VirtioNetHdr;
+use core::{
+    ffi::c_void,
+    ptr::NonNull,
+};
 use kernel::{
     bindings,
+    ffi::{c_int, c_uint},
     fs::File,
+    page::PAGE_SIZE,
     prelude::*,
     sync::{aref::ARef, Arc},
+    uaccess::{UserPtr, UserSlice},
 };
 
-use core::ffi::{c_int, c_uint, c_void};
+/// A user iovec handed to the socket layer: `struct iovec` with the user
+/// address kept as an integer, so it is plain data.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct UserIov {
+    pub(crate) base: usize,
+    pub(crate) len: usize,
+}
 
-extern "C" {
-    // include/linux/if_tun.h: `void tun_ptr_free(void *ptr)`.
-    fn tun_ptr_free(ptr: *mut c_void);
+const _: () = assert!(core::mem::size_of::<UserIov>() == core::mem::size_of::<bindings::iovec>());
+const _: () = assert!(core::mem::align_of::<UserIov>() == core::mem::align_of::<bindings::iovec>());
+const _: () = assert!(core::mem::offset_of!(UserIov, len) == core::mem::offset_of!(bindings::iovec, iov_len));
 
-    // include/linux/if_tun.h: `struct socket *tun_get_socket(struct file *)`.
-    // Declared with opaque pointers: the real types are not FFI-safe to
-    // spell in an extern block.
-    fn tun_get_socket(file: *mut c_void) -> *mut c_void;
+/// The file behind a backend fd. Like the C driver, a closed fd (as any fd
+/// that is not a usable backend) is `-ENOTSOCK`.
+pub(crate) fn backend_file(fd: i32) -> Result<ARef<File>> {
+    let fd = u32::try_from(fd).map_err(|_| ENOTSOCK)?;
+    let file = kernel::fs::LocalFile::fget(fd).map_err(|_| ENOTSOCK)?;
+    // SAFETY: Called from an ioctl, which does not hold an `fdget_pos` on
+    // this thread.
+    Ok(unsafe { kernel::fs::LocalFile::assume_no_fdget_pos(file) })
+}
 
-    // vnr_shim.c: TX batching (no bindings for xdp_buff / tun_msg_ctl).
-    fn vnr_xdp_buff_size() -> usize;
-    fn vnr_xdp_shinfo_size() -> c_uint;
-    fn vnr_xdp_rx_pad() -> c_uint;
-    fn vnr_xdp_prepare(xdp: *mut c_void, buf: *mut c_void, buflen: c_uint, pad: c_uint, datalen: c_uint);
-    fn vnr_xdp_data(xdp: *mut c_void) -> *mut c_void;
-    fn vnr_sock_can_batch(sock: *mut c_void) -> bool;
-    fn vnr_tun_send_batch(sock: *mut c_void, xdp: *mut c_void, n: c_uint) -> c_int;
+/// Why a send did not go through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendError {
+    /// The tap has no room or memory now (`EAGAIN`, `ENOBUFS`, `ENOMEM`):
+    /// try again when it signals space.
+    Busy,
+    /// Anything else: the packet is lost (detached tap, malformed packet).
+    Dropped,
+}
 
-    // vnr_shim.c: RX batching from tun's ring.
-    fn vnr_tun_rx_ring(file: *mut c_void) -> *mut c_void;
-    fn vnr_rx_ring_consume(ring: *mut c_void, q: *mut *mut c_void, n: c_int) -> c_int;
-    fn vnr_rx_ring_unconsume(ring: *mut c_void, q: *mut *mut c_void, n: c_int);
-    fn vnr_rx_ptr_len(ptr: *mut c_void) -> c_int;
+impl SendError {
+    fn from_errno(errno: c_int) -> Self {
+        let err = Error::from_errno(errno);
+        if err == EAGAIN || err == ENOBUFS || err == ENOMEM {
+            SendError::Busy
+        } else {
+            SendError::Dropped
+        }
+    }
 }
 
 /// A tap (tun with `IFF_TAP`) file used as a backend.
@@ -65,10 +91,10 @@ impl TapSocket {
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
         // SAFETY: `file` is a live file; `tun_get_socket` only checks its
         // `f_op` and returns ERR_PTR for anything that is not tun.
-        let s = unsafe { tun_get_socket(file.as_ptr().cast()) };
-        let s = kernel::error::from_err_ptr(s.cast::<bindings::socket>()).map_err(|_| ENOTSOCK)?;
+        let raw = unsafe { shim::tun_get_socket(file.as_ptr()) };
+        let raw = kernel::error::from_err_ptr(raw).map_err(|_| ENOTSOCK)?;
         // INVARIANT: the socket of `file`.
-        Ok(Self { file, sock: NonNull::new(s).ok_or(ENOTSOCK)? })
+        Ok(Self { file, sock: NonNull::new(raw).ok_or(ENOTSOCK)? })
     }
 
     pub(crate) fn file(&self) -> &ARef<File> {
@@ -78,69 +104,76 @@ impl TapSocket {
     fn msg(iov: &[UserIov], len: usize, dir: u32, flags: u32) -> bindings::msghdr {
         // SAFETY: `msghdr` is plain data for which all-zeroes is the empty
         // message, as the C code's `struct msghdr msg = {}`.
-        let mut m: bindings::msghdr = unsafe { core::mem::zeroed() };
-        m.msg_flags = flags;
+        let mut msg: bindings::msghdr = unsafe { core::mem::zeroed() };
+        msg.msg_flags = flags;
         // SAFETY: `UserIov` has the layout of `struct iovec` (asserted where
         // it is defined). The iovecs name user buffers: the iterator only
         // records them, and the socket copies through the user-access
         // helpers, which check and fault-handle every address.
         unsafe {
-            bindings::iov_iter_init(&mut m.msg_iter, dir, iov.as_ptr().cast(), iov.len(), len);
+            bindings::iov_iter_init(&mut msg.msg_iter, dir, iov.as_ptr().cast(), iov.len(), len);
         }
-        m
+        msg
     }
 
     /// Sends one packet gathered from the user buffers `iov` (`len` bytes in
-    /// total). Returns the bytes sent, or `-EAGAIN` when the tap is full.
-    pub(crate) fn send(&self, iov: &[UserIov], len: usize) -> Result<usize> {
-        let mut m = Self::msg(iov, len, bindings::ITER_SOURCE, bindings::MSG_DONTWAIT);
-        let s = self.sock.as_ptr();
-        // SAFETY: `s` is valid by the type invariant; tun sockets always have
-        // `ops->sendmsg`.
-        let r = unsafe {
-            match (*(*s).ops).sendmsg {
-                Some(f) => f(s, &mut m, len),
-                None => -(bindings::EOPNOTSUPP as i32),
+    /// total).
+    pub(crate) fn send(&self, iov: &[UserIov], len: usize) -> Result<(), SendError> {
+        let mut msg = Self::msg(iov, len, bindings::ITER_SOURCE, bindings::MSG_DONTWAIT);
+        let sock = self.sock.as_ptr();
+        // SAFETY: `sock` is valid by the type invariant; tun sockets always
+        // have `ops->sendmsg`.
+        let ret = unsafe {
+            match (*(*sock).ops).sendmsg {
+                Some(sendmsg) => sendmsg(sock, &mut msg, len),
+                None => -(bindings::EOPNOTSUPP as c_int),
             }
         };
-        if r < 0 {
-            return Err(Error::from_errno(r));
+        if ret < 0 {
+            return Err(SendError::from_errno(ret));
         }
-        Ok(r as usize)
+        Ok(())
     }
 
-    /// Receives one packet into the user buffers `iov` (room for `len`
-    /// bytes); a packet that does not fit is dropped and its full length
-    /// returned (`MSG_TRUNC`).
+    /// Receives the queued packet `entry` into the user buffers `iov` (room
+    /// for `len` bytes); a packet that does not fit is dropped and its full
+    /// length returned (`MSG_TRUNC`).
     ///
     /// # Safety
     ///
-    /// `ptr` is an entry taken from this tap's RX ring and owned by the
+    /// `entry` is an entry taken from this tap's RX ring and owned by the
     /// caller; tun consumes it whatever the outcome.
-    unsafe fn recv_ptr(&self, iov: &[UserIov], len: usize, ptr: *mut c_void) -> Result<usize> {
+    unsafe fn recv_entry(&self, iov: &[UserIov], len: usize, entry: *mut c_void) -> Result<usize> {
         let flags = bindings::MSG_DONTWAIT | bindings::MSG_TRUNC;
-        let mut m = Self::msg(iov, len, bindings::ITER_DEST, flags);
+        let mut msg = Self::msg(iov, len, bindings::ITER_DEST, flags);
         // tun_recvmsg() takes a queued packet from msg_control, as vhost does.
-        m.__bindgen_anon_1.msg_control = ptr;
-        let s = self.sock.as_ptr();
-        // SAFETY: `s` is valid by the type invariant; tun sockets always have
-        // `ops->recvmsg`.
-        let r = unsafe {
-            match (*(*s).ops).recvmsg {
-                Some(f) => f(s, &mut m, len, flags as i32),
-                None => -(bindings::EOPNOTSUPP as i32),
+        msg.__bindgen_anon_1.msg_control = entry;
+        let sock = self.sock.as_ptr();
+        // SAFETY: `sock` is valid by the type invariant; tun sockets always
+        // have `ops->recvmsg`.
+        let ret = unsafe {
+            match (*(*sock).ops).recvmsg {
+                Some(recvmsg) => recvmsg(sock, &mut msg, len, flags as c_int),
+                None => -(bindings::EOPNOTSUPP as c_int),
             }
         };
-        if r < 0 {
-            return Err(Error::from_errno(r));
+        if ret < 0 {
+            return Err(Error::from_errno(ret));
         }
-        Ok(r as usize)
+        Ok(ret as usize)
     }
 
-    /// Whether tun takes batches of prebuilt buffers (its default).
+    /// Whether tun takes batches of prebuilt buffers (its default: an
+    /// unlimited send buffer).
     pub(crate) fn can_batch(&self) -> bool {
         // SAFETY: `sock` is valid by the type invariant.
-        unsafe { vnr_sock_can_batch(self.sock.as_ptr().cast()) }
+        unsafe { shim::vnr_sock_can_batch(self.sock.as_ptr()) }
+    }
+
+    /// Headroom a TX frame needs for the tap's XDP program, if it has one.
+    fn xdp_headroom(&self) -> usize {
+        // SAFETY: `sock` is valid by the type invariant.
+        unsafe { shim::vnr_sock_xdp_headroom(self.sock.as_ptr()) as usize }
     }
 }
 
@@ -159,7 +192,7 @@ const RX_BATCH: usize = 64;
 /// they go back to the ring (or are freed) on drop.
 pub(crate) struct RxBatch {
     sock: Arc<TapSocket>,
-    ring: NonNull<c_void>,
+    ring: NonNull<PtrRing>,
     queue: [*mut c_void; RX_BATCH],
     head: usize,
     tail: usize,
@@ -174,52 +207,62 @@ impl RxBatch {
     pub(crate) fn new(sock: Arc<TapSocket>) -> Result<Self> {
         // SAFETY: The file is live (held by `sock`); the shim returns its tun
         // ring, or null for anything that is not tun.
-        let r = unsafe { vnr_tun_rx_ring(sock.file.as_ptr().cast()) };
-        let ring = NonNull::new(r).ok_or(ENOTSOCK)?;
+        let raw = unsafe { shim::vnr_tun_rx_ring(sock.file.as_ptr()) };
+        let ring = NonNull::new(raw).ok_or(ENOTSOCK)?;
         // INVARIANT: the ring of `sock`'s file; nothing taken yet.
         Ok(Self { sock, ring, queue: [core::ptr::null_mut(); RX_BATCH], head: 0, tail: 0 })
     }
 
-    /// Length of the next packet without the tap's vnet header, or 0 if the
-    /// tap has none queued.
-    pub(crate) fn peek_len(&mut self) -> usize {
+    /// Length of the next packet without the tap's vnet header, or `None`
+    /// if the tap has none queued.
+    pub(crate) fn peek_len(&mut self) -> Option<usize> {
         if self.head == self.tail {
-            // SAFETY: `ring` is valid by the type invariant and `queue` has
-            // room for RX_BATCH entries, which become ours.
-            let n = unsafe { vnr_rx_ring_consume(self.ring.as_ptr(), self.queue.as_mut_ptr(), RX_BATCH as c_int) };
+            // SAFETY: `ring` is valid by the type invariant, and `queue` has
+            // room for RX_BATCH entries, which become ours. The shim lets a
+            // tap stopped by IFF_BACKPRESSURE queue again.
+            let got = unsafe {
+                shim::vnr_rx_ring_consume(
+                    self.sock.file.as_ptr(),
+                    self.ring.as_ptr(),
+                    self.queue.as_mut_ptr(),
+                    RX_BATCH as c_int,
+                )
+            };
             self.head = 0;
-            self.tail = usize::try_from(n).unwrap_or(0).min(RX_BATCH);
+            self.tail = usize::try_from(got).unwrap_or(0).min(RX_BATCH);
             if self.tail == 0 {
-                return 0;
+                return None;
             }
         }
         // SAFETY: `queue[head]` is an entry we own (head < tail).
-        let len = unsafe { vnr_rx_ptr_len(self.queue[self.head]) };
-        usize::try_from(len).unwrap_or(0)
+        let len = unsafe { shim::vnr_rx_ptr_len(self.queue[self.head]) };
+        usize::try_from(len).ok()
     }
 
     fn take(&mut self) -> Option<*mut c_void> {
         if self.head == self.tail {
             return None;
         }
-        let p = self.queue[self.head];
+        let entry = self.queue[self.head];
         self.head += 1;
-        Some(p)
+        Some(entry)
     }
 
-    /// Receives the packet `peek_len` reported into `iov`; as
-    /// [`TapSocket::recv_ptr`]. `Ok(0)` if none is queued.
+    /// Receives the packet `peek_len` reported into `iov`, which has room
+    /// for `len` bytes. Returns the packet's length: larger than `len` if it
+    /// was truncated (and so lost). `Ok(0)` if none is queued.
     pub(crate) fn recv(&mut self, iov: &[UserIov], len: usize) -> Result<usize> {
-        let Some(p) = self.take() else { return Ok(0) };
-        // SAFETY: `p` came from this tap's ring and is ours; tun consumes it.
-        unsafe { self.sock.recv_ptr(iov, len, p) }
+        let Some(entry) = self.take() else { return Ok(0) };
+        // SAFETY: `entry` came from this tap's ring and is ours; tun
+        // consumes it.
+        unsafe { self.sock.recv_entry(iov, len, entry) }
     }
 
     /// Drops the packet `peek_len` reported.
     pub(crate) fn discard(&mut self) {
-        if let Some(p) = self.take() {
-            // SAFETY: `p` came from this tap's ring and is ours.
-            unsafe { tun_ptr_free(p) };
+        if let Some(entry) = self.take() {
+            // SAFETY: `entry` came from this tap's ring and is ours.
+            unsafe { shim::tun_ptr_free(entry) };
         }
     }
 }
@@ -227,10 +270,12 @@ impl RxBatch {
 impl Drop for RxBatch {
     fn drop(&mut self) {
         if self.head < self.tail {
-            let n = (self.tail - self.head) as c_int;
+            let count = (self.tail - self.head) as c_int;
             // SAFETY: `queue[head..tail]` are ours and came from `ring`, which
             // is alive; unconsume puts them back in order or frees them.
-            unsafe { vnr_rx_ring_unconsume(self.ring.as_ptr(), self.queue[self.head..].as_mut_ptr(), n) };
+            unsafe {
+                shim::vnr_rx_ring_unconsume(self.ring.as_ptr(), self.queue[self.head..].as_mut_ptr(), count)
+            };
         }
     }
 }
@@ -238,11 +283,23 @@ impl Drop for RxBatch {
 /// Packets a [`TxBatch`] holds before it must be sent (`VHOST_NET_BATCH`).
 pub(crate) const TX_BATCH: usize = 64;
 
-const SMP_CACHE_BYTES: usize = 64;
-const PAGE_SIZE: usize = 4096;
+/// The smallest frame the batch takes: an Ethernet header.
+const ETH_HLEN: usize = 14;
 
-const fn cache_align(x: usize) -> usize {
-    (x + SMP_CACHE_BYTES - 1) & !(SMP_CACHE_BYTES - 1)
+/// What [`TxBatch::add`] did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batched {
+    /// Copied into the batch.
+    Added,
+    /// The batch is full: send it first.
+    Full,
+    /// Larger than a page fragment takes: send it on its own.
+    TooBig,
+    /// No memory for a fragment now: try again later.
+    NoMemory,
+    /// Unreadable or malformed (a fault, a runt, a bad checksum offset):
+    /// the packet is dropped.
+    Malformed,
 }
 
 /// Guest TX packets copied into page fragments and handed to tun in one
@@ -252,15 +309,16 @@ const fn cache_align(x: usize) -> usize {
 /// # Invariants
 ///
 /// `xdp` holds `TX_BATCH` zero-initialised `struct xdp_buff`s of
-/// `xdp_size` bytes each; the first `n` describe fragments allocated from
-/// `frag` and owned by this batch until they are sent or freed.
+/// `xdp_size` bytes each; the first `count` describe fragments allocated
+/// from `frag` and owned by this batch until they are sent or freed.
 pub(crate) struct TxBatch {
     frag: bindings::page_frag_cache,
     xdp: KVec<u64>,
     xdp_size: usize,
-    n: usize,
+    count: usize,
     shinfo: usize,
     rx_pad: usize,
+    cache_line: usize,
 }
 
 // SAFETY: The fragment cache and the buffers are only touched by the worker
@@ -270,8 +328,10 @@ unsafe impl Send for TxBatch {}
 impl TxBatch {
     pub(crate) fn new() -> Result<Self> {
         // SAFETY: Pure functions returning compile-time constants of C.
-        let (xdp_size, shinfo, rx_pad) =
-            unsafe { (vnr_xdp_buff_size(), vnr_xdp_shinfo_size() as usize, vnr_xdp_rx_pad() as usize) };
+        let (xdp_size, shinfo, rx_pad) = unsafe {
+            (shim::vnr_xdp_buff_size(), shim::vnr_xdp_shinfo_size() as usize, shim::vnr_xdp_rx_pad() as usize)
+        };
+        let cache_line = bindings::SMP_CACHE_BYTES as usize;
         let words = (xdp_size * TX_BATCH).div_ceil(8);
         let mut xdp = KVec::with_capacity(words, GFP_KERNEL)?;
         xdp.resize(words, 0u64, GFP_KERNEL)?;
@@ -280,35 +340,38 @@ impl TxBatch {
             frag: bindings::page_frag_cache { encoded_page: 0, offset: 0, pagecnt_bias: 0 },
             xdp,
             xdp_size,
-            n: 0,
+            count: 0,
             shinfo,
             rx_pad,
+            cache_line,
         })
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.n
+    fn cache_align(&self, len: usize) -> usize {
+        // `cache_line` is a power of two (SMP_CACHE_BYTES).
+        (len + self.cache_line - 1) & !(self.cache_line - 1)
     }
 
-    fn slot(&mut self, i: usize) -> *mut c_void {
-        // In bounds: i < TX_BATCH and `xdp` holds TX_BATCH buffs.
-        self.xdp.as_mut_ptr().cast::<u8>().wrapping_add(i * self.xdp_size).cast()
+    fn slot(&mut self, index: usize) -> *mut XdpBuff {
+        // In bounds: index < TX_BATCH and `xdp` holds TX_BATCH buffs.
+        self.xdp.as_mut_ptr().cast::<u8>().wrapping_add(index * self.xdp_size).cast()
     }
 
     /// Copies one packet of `len` bytes (the tap's vnet header of
     /// `sock_hlen` bytes first) from the user buffers `iov` into a fragment.
-    /// `-ENOSPC` if it does not fit in a page: send it the slow way.
-    pub(crate) fn add(&mut self, iov: &[UserIov], len: usize, sock_hlen: usize) -> Result {
-        if self.n >= TX_BATCH {
-            return Err(ENOSPC);
+    pub(crate) fn add(&mut self, sock: &TapSocket, iov: &[UserIov], len: usize, sock_hlen: usize) -> Batched {
+        if self.count >= TX_BATCH {
+            return Batched::Full;
         }
-        if len < sock_hlen || len < sock_hlen + 14 {
-            return Err(EINVAL);
+        if len < sock_hlen + ETH_HLEN {
+            return Batched::Malformed;
         }
-        let pad = cache_align(self.rx_pad + sock_hlen);
-        let data = cache_align(len + pad);
+        // The frame's data starts at `pad`; the tap's XDP program, if any,
+        // may grow it into the headroom (vhost_net_build_xdp).
+        let pad = self.cache_align(self.rx_pad + sock.xdp_headroom() + sock_hlen);
+        let data = self.cache_align(len + pad);
         if data + self.shinfo > PAGE_SIZE {
-            return Err(ENOSPC);
+            return Batched::TooBig;
         }
         let buflen = data + self.shinfo;
         // SAFETY: `frag` is a valid (possibly empty) cache owned by us; the
@@ -318,94 +381,119 @@ impl TxBatch {
                 &mut self.frag,
                 buflen as c_uint,
                 bindings::GFP_KERNEL,
-                !(SMP_CACHE_BYTES as c_uint - 1),
+                !(self.cache_line as c_uint - 1),
             )
         };
-        if buf.is_null() {
-            return Err(ENOMEM);
-        }
-        // SAFETY: `buf` is a fresh fragment of `buflen` bytes, ours alone.
-        let frag = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), buflen) };
-        let r = Self::fill(frag, iov, len, sock_hlen, pad);
-        if let Err(e) = r {
+        let Some(buf) = NonNull::new(buf.cast::<u8>()) else { return Batched::NoMemory };
+        if Self::fill(buf, iov, len, sock_hlen, pad).is_err() {
             // SAFETY: `buf` came from `__page_frag_alloc_align`.
-            unsafe { bindings::page_frag_free(buf) };
-            return Err(e);
+            unsafe { bindings::page_frag_free(buf.as_ptr().cast()) };
+            return Batched::Malformed;
         }
-        let slot = self.slot(self.n);
+        let slot = self.slot(self.count);
         // SAFETY: `slot` is a zeroed xdp_buff of ours; the fragment layout is
         // the one tun_xdp_one expects (header at the start, data at `pad`).
         unsafe {
-            vnr_xdp_prepare(slot, buf, buflen as c_uint, pad as c_uint, (len - sock_hlen) as c_uint)
+            shim::vnr_xdp_prepare(slot, buf.as_ptr().cast(), buflen as c_uint, pad as c_uint, (len - sock_hlen) as c_uint)
         };
-        self.n += 1;
-        Ok(())
+        // INVARIANT: the new fragment is described by buff `count`.
+        self.count += 1;
+        Batched::Added
     }
 
-    /// Lays one packet out in `frag`: the data at `pad`, the vnet header
-    /// (zeroes if the tap has none) at the start.
-    fn fill(frag: &mut [u8], iov: &[UserIov], len: usize, sock_hlen: usize, pad: usize) -> Result {
-        let mut off = pad - sock_hlen;
-        let end = off + len;
-        for v in iov {
+    /// Lays one packet out in the fresh fragment `buf` (which has room for
+    /// `pad` plus the data): the data at `pad`, the vnet header (zeroes if
+    /// the tap has none) at the start. Only writes go through `buf`: the
+    /// fragment is uninitialised memory, so no reference to it is made.
+    fn fill(buf: NonNull<u8>, iov: &[UserIov], len: usize, sock_hlen: usize, pad: usize) -> Result {
+        let hdr_at = pad - sock_hlen;
+        let mut off = hdr_at;
+        let end = hdr_at + len;
+        for seg in iov {
             if off == end {
                 break;
             }
-            let n = core::cmp::min(v.len, end - off);
-            kernel::uaccess::UserSlice::new(kernel::uaccess::UserPtr::from_addr(v.base), n)
-                .reader()
-                .read_slice(&mut frag[off..off + n])?;
+            let n = core::cmp::min(seg.len, end - off);
+            // SAFETY: `off + n <= end <= buflen`: the range is inside the
+            // fragment, which is ours; `read_raw` writes it without reading.
+            let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_ptr().add(off).cast(), n) };
+            UserSlice::new(UserPtr::from_addr(seg.base), n).reader().read_raw(dst)?;
             off += n;
         }
         if off != end {
             return Err(EFAULT);
         }
         if sock_hlen == 0 {
-            frag[..pad].fill(0);
+            // SAFETY: `pad` bytes at the start of the fragment are ours.
+            unsafe { core::ptr::write_bytes(buf.as_ptr(), 0, pad) };
             return Ok(());
         }
-        let h = pad - sock_hlen;
+        // The header was just written from user memory, so it is
+        // initialised and can be read.
+        let mut raw = [0u8; VirtioNetHdr::LEN];
+        let hlen = core::cmp::min(sock_hlen, VirtioNetHdr::LEN);
+        // SAFETY: `hdr_at + hlen <= pad`, inside the fragment, initialised
+        // by the copy above.
+        unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr().add(hdr_at), raw.as_mut_ptr(), hlen) };
+        let mut hdr = VirtioNetHdr::parse(&raw[..hlen]).ok_or(EINVAL)?;
         // VIRTIO_NET_HDR_F_NEEDS_CSUM: the checksum must lie inside the
         // headers tun will look at; widen hdr_len as the C driver does.
-        let rd = |f: &[u8], o: usize| u16::from_le_bytes([f[h + o], f[h + o + 1]]);
-        if frag[h] & 1 != 0 {
-            let need = u32::from(rd(frag, 6)) + u32::from(rd(frag, 8)) + 2;
-            if need > u32::from(rd(frag, 2)) {
+        if hdr.flags & VirtioNetHdr::F_NEEDS_CSUM != 0 {
+            let need = u32::from(hdr.csum_start) + u32::from(hdr.csum_offset) + 2;
+            if need > u32::from(hdr.hdr_len) {
                 if need as usize > len {
                     return Err(EINVAL);
                 }
-                frag[h + 2..h + 4].copy_from_slice(&(need as u16).to_le_bytes());
+                hdr.hdr_len = need as u16;
+                let bytes = hdr.to_bytes();
+                // SAFETY: bytes 2..4 of the header, inside the fragment.
+                unsafe { core::ptr::copy_nonoverlapping(bytes[2..4].as_ptr(), buf.as_ptr().add(hdr_at + 2), 2) };
             }
         }
-        frag.copy_within(h..h + sock_hlen, 0);
+        // SAFETY: both ranges lie in the fragment; `copy` allows overlap.
+        unsafe { core::ptr::copy(buf.as_ptr().add(hdr_at), buf.as_ptr(), sock_hlen) };
         Ok(())
     }
 
-    /// Hands the batch to tun. On failure the fragments are freed.
-    pub(crate) fn send(&mut self, sock: &TapSocket) -> Result {
-        if self.n == 0 {
+    /// Hands the batch to tun. If tun refuses the whole batch (a detached
+    /// tap: `-EBADFD`), the fragments are freed here, as the C driver's
+    /// `vhost_tx_batch` does; returns how many packets were lost.
+    pub(crate) fn send(&mut self, sock: &TapSocket) -> Result<(), usize> {
+        if self.count == 0 {
             return Ok(());
         }
-        let n = self.n;
-        self.n = 0;
+        let count = self.count;
         let base = self.slot(0);
-        // SAFETY: `base` points at `n` prepared xdp_buffs; tun takes
-        // ownership of their fragments whatever it returns.
-        let r = unsafe { vnr_tun_send_batch(sock.sock.as_ptr().cast(), base, n as c_uint) };
-        if r < 0 {
-            return Err(Error::from_errno(r));
+        // SAFETY: `base` points at `count` prepared xdp_buffs; when tun
+        // accepts the message it takes ownership of their fragments.
+        let ret = unsafe { shim::vnr_tun_send_batch(sock.sock.as_ptr(), base, count as c_uint) };
+        if ret < 0 {
+            // Still ours: `free_all` releases them.
+            self.free_all();
+            return Err(count);
         }
+        // INVARIANT: tun owns the fragments now.
+        self.count = 0;
         Ok(())
+    }
+
+    /// Frees the fragments of the unsent packets.
+    fn free_all(&mut self) {
+        for index in 0..self.count {
+            let slot = self.slot(index);
+            // SAFETY: Unsent buffs own their fragments (type invariant);
+            // `xdp->data` lies inside the fragment, and page_frag_free
+            // works from any address in it.
+            unsafe { bindings::page_frag_free(shim::vnr_xdp_data(slot)) };
+        }
+        // INVARIANT: nothing is owned any more.
+        self.count = 0;
     }
 }
 
 impl Drop for TxBatch {
     fn drop(&mut self) {
-        for i in 0..self.n {
-            let slot = self.slot(i);
-            // SAFETY: Unsent buffs still own their fragments.
-            unsafe { bindings::page_frag_free(vnr_xdp_data(slot)) };
-        }
+        self.free_all();
         // SAFETY: `frag` is ours; draining releases its cached page.
         unsafe { bindings::page_frag_cache_drain(&mut self.frag) };
     }

@@ -7,17 +7,13 @@
 //! copies use the kernel's `UserSlice`; ring indices and flags go through the
 //! C shim's `get_user`/`put_user`, which are single 16-bit accesses.
 
+use crate::shim;
 use crate::vring::{GuestMemory, VringError};
 use kernel::{
     prelude::*,
     sync::barrier::{smp_mb, Full, Read, Write},
     uaccess::{UserPtr, UserSlice},
 };
-
-extern "C" {
-    fn vnr_get_user_u16(uaddr: *const u16, val: *mut u16) -> core::ffi::c_int;
-    fn vnr_put_user_u16(uaddr: *mut u16, val: u16) -> core::ffi::c_int;
-}
 
 /// The current task's user address space, as seen by a worker.
 ///
@@ -37,14 +33,14 @@ impl GuestMemory for OwnerMem {
             return Err(VringError::Fault);
         }
         let p = uptr(addr)?;
-        let mut v = 0u16;
+        let mut val = 0u16;
         // SAFETY: `get_user` checks the address itself (access_ok) and
-        // handles faults; `v` is a valid local to write to.
-        let r = unsafe { vnr_get_user_u16(p.as_const_ptr().cast(), &mut v) };
-        if r != 0 {
+        // handles faults; `val` is a valid local to write to.
+        let ret = unsafe { shim::vnr_get_user_u16(p.as_const_ptr().cast(), &mut val) };
+        if ret != 0 {
             return Err(VringError::Fault);
         }
-        Ok(v)
+        Ok(val)
     }
 
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
@@ -53,8 +49,8 @@ impl GuestMemory for OwnerMem {
         }
         let p = uptr(addr)?;
         // SAFETY: `put_user` checks the address itself and handles faults.
-        let r = unsafe { vnr_put_user_u16(p.as_mut_ptr().cast(), val) };
-        if r != 0 {
+        let ret = unsafe { shim::vnr_put_user_u16(p.as_mut_ptr().cast(), val) };
+        if ret != 0 {
             return Err(VringError::Fault);
         }
         Ok(())

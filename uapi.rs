@@ -68,6 +68,18 @@ const _: () = assert!(core::mem::size_of::<VringFile>() == 8);
 const _: () = assert!(core::mem::size_of::<VringAddr>() == 40);
 const _: () = assert!(core::mem::size_of::<MemoryHeader>() == 8);
 const _: () = assert!(core::mem::size_of::<MemoryRegion>() == 32);
+// Field offsets; vnr_shim.c asserts the same numbers against <linux/vhost.h>.
+const _: () = assert!(core::mem::offset_of!(VringState, num) == 4);
+const _: () = assert!(core::mem::offset_of!(VringFile, fd) == 4);
+const _: () = assert!(core::mem::offset_of!(VringAddr, flags) == 4);
+const _: () = assert!(core::mem::offset_of!(VringAddr, desc_user_addr) == 8);
+const _: () = assert!(core::mem::offset_of!(VringAddr, used_user_addr) == 16);
+const _: () = assert!(core::mem::offset_of!(VringAddr, avail_user_addr) == 24);
+const _: () = assert!(core::mem::offset_of!(VringAddr, log_guest_addr) == 32);
+const _: () = assert!(core::mem::offset_of!(MemoryHeader, padding) == 4);
+const _: () = assert!(core::mem::offset_of!(MemoryRegion, memory_size) == 8);
+const _: () = assert!(core::mem::offset_of!(MemoryRegion, userspace_addr) == 16);
+const _: () = assert!(core::mem::offset_of!(MemoryRegion, flags_padding) == 24);
 
 // SAFETY: All of these are `repr(C)` structs of plain integers without padding
 // (checked by the size assertions above), so every bit pattern is valid and
@@ -111,9 +123,27 @@ pub(crate) const VHOST_SET_FEATURES_ARRAY: u32 = _IOW::<u64>(VHOST_VIRTIO, 0x83)
 pub(crate) const VHOST_SET_FORK_FROM_OWNER: u32 = _IOW::<u8>(VHOST_VIRTIO, 0x84);
 pub(crate) const VHOST_GET_FORK_FROM_OWNER: u32 = _IOR::<u8>(VHOST_VIRTIO, 0x85);
 
+// The ioctl numbers, as vnr_shim.c asserts them against <linux/vhost.h>.
+const _: () = {
+    assert!(VHOST_GET_FEATURES == 0x8008af00 && VHOST_SET_FEATURES == 0x4008af00);
+    assert!(VHOST_SET_OWNER == 0xaf01 && VHOST_RESET_OWNER == 0xaf02);
+    assert!(VHOST_SET_MEM_TABLE == 0x4008af03);
+    assert!(VHOST_SET_LOG_BASE == 0x4008af04 && VHOST_SET_LOG_FD == 0x4004af07);
+    assert!(VHOST_SET_VRING_NUM == 0x4008af10 && VHOST_SET_VRING_ADDR == 0x4028af11);
+    assert!(VHOST_SET_VRING_BASE == 0x4008af12 && VHOST_GET_VRING_BASE == 0xc008af12);
+    assert!(VHOST_SET_VRING_KICK == 0x4008af20 && VHOST_SET_VRING_CALL == 0x4008af21);
+    assert!(VHOST_SET_VRING_ERR == 0x4008af22);
+    assert!(VHOST_SET_VRING_BUSYLOOP_TIMEOUT == 0x4008af23);
+    assert!(VHOST_GET_VRING_BUSYLOOP_TIMEOUT == 0x4008af24);
+    assert!(VHOST_SET_BACKEND_FEATURES == 0x4008af25 && VHOST_GET_BACKEND_FEATURES == 0x8008af26);
+    assert!(VHOST_NET_SET_BACKEND == 0x4008af30);
+    assert!(VHOST_GET_FEATURES_ARRAY == 0x8008af83 && VHOST_SET_FEATURES_ARRAY == 0x4008af83);
+    assert!(VHOST_SET_FORK_FROM_OWNER == 0x4001af84 && VHOST_GET_FORK_FROM_OWNER == 0x8001af85);
+};
+
 /// `VHOST_FILE_UNBIND`: an fd of -1 detaches a backend or an eventfd.
 pub(crate) const VHOST_FILE_UNBIND: i32 = -1;
-/// `VHOST_VRING_F_LOG`: the only defined `vhost_vring_addr.flags` bit.
+/// `1 << VHOST_VRING_F_LOG`: the only defined `vhost_vring_addr.flags` bit.
 pub(crate) const VHOST_VRING_F_LOG: u32 = 1 << 0;
 pub(crate) const VHOST_FORK_OWNER_KTHREAD: u8 = 0;
 pub(crate) const VHOST_FORK_OWNER_TASK: u8 = 1;
@@ -148,6 +178,60 @@ pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
 /// Backend features: none. `IOTLB_MSG_V2` only matters with an IOTLB, which
 /// needs `ACCESS_PLATFORM`, which is not offered.
 pub(crate) const NET_BACKEND_FEATURES: u64 = 0;
+
+/// `struct virtio_net_hdr_mrg_rxbuf`, little-endian on the wire (virtio 1.x
+/// and, on x86, legacy guests too). The legacy header without mergeable
+/// buffers is its first [`VirtioNetHdr::LEN_LEGACY`] bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct VirtioNetHdr {
+    pub(crate) flags: u8,
+    pub(crate) gso_type: u8,
+    pub(crate) hdr_len: u16,
+    pub(crate) gso_size: u16,
+    pub(crate) csum_start: u16,
+    pub(crate) csum_offset: u16,
+    pub(crate) num_buffers: u16,
+}
+
+impl VirtioNetHdr {
+    /// Length with `num_buffers` (mergeable buffers or virtio 1.x).
+    pub(crate) const LEN: usize = 12;
+    /// Length of the legacy header, without `num_buffers`.
+    pub(crate) const LEN_LEGACY: usize = 10;
+    /// Offset of `num_buffers`.
+    pub(crate) const NUM_BUFFERS_OFFSET: usize = 10;
+    /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`.
+    pub(crate) const F_NEEDS_CSUM: u8 = 1;
+
+    /// Parses the first `LEN_LEGACY` bytes of `bytes` (`num_buffers` is read
+    /// only if there are `LEN`). `None` if `bytes` is shorter.
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
+        let at = |off: usize| -> Option<u16> { Some(u16::from_le_bytes([*bytes.get(off)?, *bytes.get(off + 1)?])) };
+        Some(Self {
+            flags: *bytes.first()?,
+            gso_type: *bytes.get(1)?,
+            hdr_len: at(2)?,
+            gso_size: at(4)?,
+            csum_start: at(6)?,
+            csum_offset: at(8)?,
+            num_buffers: at(Self::NUM_BUFFERS_OFFSET).unwrap_or(0),
+        })
+    }
+
+    /// The header as the guest sees it; the caller takes the first
+    /// `LEN_LEGACY` or `LEN` bytes.
+    pub(crate) fn to_bytes(self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        out[0] = self.flags;
+        out[1] = self.gso_type;
+        out[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        out[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        out[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        out[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+        out[10..12].copy_from_slice(&self.num_buffers.to_le_bytes());
+        out
+    }
+}
 
 /// How many 64-bit words of features the `_ARRAY` ioctls know of
 /// (`VIRTIO_FEATURES_U64S` in Linux 7.3).

@@ -10,18 +10,27 @@
 //! transmitting, each with its own worker (a vhost_task in the owner's
 //! process), bound to a tap.
 //!
-//! Files: `uapi.rs` (ABI), `memory.rs` (memory table), `vring.rs` (split
-//! ring), `virtqueue.rs` (per-queue state), `net.rs` (TX/RX), `tap_glue.rs`
-//! (tap socket), `glue.rs` (eventfd, polling, workers), `uaccess.rs` (owner
-//! memory). `unsafe` lives only in the three glue files.
+//! Files, in dependency order: `uapi.rs` (ABI), `memory.rs` (memory
+//! table) and `vring.rs` (split ring), the `core`-only parsers of guest
+//! input; `uaccess.rs` (owner memory), `eventfd.rs`, `file_poll.rs`
+//! (polling another file's wait queue) and `worker.rs` (vhost_task
+//! workers); `virtqueue.rs` (a queue and its rules); `tap_glue.rs` (the tap
+//! socket); `net.rs` (RX and TX); this file (the device and its ioctls).
+//! `shim.rs` holds the one `extern "C"` block, for what bindgen does not
+//! reach; `vnr_shim.c` is its C side.
+//!
+//! `unsafe` lives in the FFI wrappers only: `shim.rs`, `uaccess.rs`,
+//! `eventfd.rs`, `file_poll.rs`, `worker.rs` and `tap_glue.rs`. The parsers,
+//! the queue rules, the data path and this file have none.
 //!
 //! # Lock order
 //!
 //! 1. `VhostNet::state`, the device's control-plane mutex, held for one ioctl.
-//! 2. `VirtQueue::inner`, one queue's mutex, also held by its worker while it
+//! 2. A queue's lock (`VirtQueue::lock`), also held by its worker while it
 //!    processes the ring.
 //!
-//! Never the other way round; workers never take `state`.
+//! Never the other way round; workers never take `state`, and no code
+//! holds two queue locks at once.
 
 use kernel::{
     fs::File,
@@ -35,20 +44,24 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-mod glue;
+mod eventfd;
+mod file_poll;
 mod memory;
 mod net;
+mod shim;
 mod tap_glue;
 mod uaccess;
 mod uapi;
 mod virtqueue;
 mod vring;
+mod worker;
 
-use glue::{EventFd, Worker};
+use eventfd::EventFd;
 use memory::{MemError, Region};
-use tap_glue::TapSocket;
+use net::{RxQueue, TxQueue, RX_HEADS, TX_HEADS};
 use uapi::*;
-use virtqueue::{Dir, Stats, VirtQueue, VqConfig, VqInner};
+use virtqueue::{Backend, VirtQueue, VqState, USER_LIMIT};
+use worker::Worker;
 
 module! {
     type: VhostNetModule,
@@ -67,27 +80,14 @@ module! {
 /// The C driver's hard upper bound on regions; the parameter is clamped to it.
 const MEM_REGIONS_HARD_MAX: u32 = 509;
 
-/// Number of virtqueues per device: vq 0 is RX, vq 1 is TX.
-const NVQS: usize = 2;
-
-/// Largest split ring the vhost ABI allows: `num` must fit in 16 bits and be
-/// a power of two.
-const VRING_MAX_NUM: u32 = 32768;
-
-/// The first address past the user address space on x86-64 with 4-level
-/// paging (`TASK_SIZE_MAX`). Anything above is refused at setup time; every
-/// access goes through the uaccess helpers, which check again.
-const USER_LIMIT: u64 = (1u64 << 47) - 4096;
-
-/// Alignment the virtio spec requires of each ring part.
-const DESC_ALIGN: u64 = 16;
-const AVAIL_ALIGN: u64 = 2;
-const USED_ALIGN: u64 = 4;
+/// The queues of a device: vq 0 receives, vq 1 transmits.
+const RX_INDEX: u32 = 0;
+const TX_INDEX: u32 = 1;
 
 /// `max_mem_regions`, clamped to `1..=509`.
 fn max_regions() -> usize {
-    let v = module_parameters::max_mem_regions.value();
-    v.clamp(1, MEM_REGIONS_HARD_MAX) as usize
+    let wanted = module_parameters::max_mem_regions.value();
+    wanted.clamp(1, MEM_REGIONS_HARD_MAX) as usize
 }
 
 #[pin_data]
@@ -98,9 +98,9 @@ struct VhostNetModule {
 
 impl kernel::InPlaceModule for VhostNetModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        let v = module_parameters::max_mem_regions.value();
-        if v == 0 || v > MEM_REGIONS_HARD_MAX {
-            pr_warn!("max_mem_regions={} out of range, using {}\n", v, max_regions());
+        let wanted = module_parameters::max_mem_regions.value();
+        if wanted == 0 || wanted > MEM_REGIONS_HARD_MAX {
+            pr_warn!("max_mem_regions={} out of range, using {}\n", wanted, max_regions());
         }
         try_pin_init!(Self {
             _miscdev <- MiscDeviceRegistration::register(MiscDeviceOptions {
@@ -110,13 +110,20 @@ impl kernel::InPlaceModule for VhostNetModule {
     }
 }
 
+
+/// The workers of a device with an owner.
+struct Workers {
+    _rx: Worker<VirtQueue<RxQueue>>,
+    _tx: Worker<VirtQueue<TxQueue>>,
+}
+
 /// The control-plane state of one open file.
 struct DevState {
     /// The owner's address space, set by `SET_OWNER`. Every ioctl that
     /// configures the device must come from a task using this mm.
     owner: Option<ARef<Mm>>,
     /// One worker per queue, running while there is an owner.
-    workers: Option<[Worker<VirtQueue>; NVQS]>,
+    workers: Option<Workers>,
     features: u64,
     backend_features: u64,
     nregions: usize,
@@ -125,33 +132,31 @@ struct DevState {
 }
 
 impl DevState {
-    fn new() -> Self {
-        Self {
-            owner: None,
-            workers: None,
-            features: 0,
-            backend_features: 0,
-            nregions: 0,
-            fork_owner: VHOST_FORK_OWNER_TASK,
-        }
+    fn new(fork_owner: u8) -> Self {
+        Self { owner: None, workers: None, features: 0, backend_features: 0, nregions: 0, fork_owner }
     }
 
     /// `-EPERM` unless the calling task shares the owner's address space.
     fn check_owner(&self) -> Result {
-        let cur = kernel::current!();
-        match (&self.owner, cur.mm()) {
-            (Some(o), Some(mm)) if o.as_raw() == mm.as_raw() => Ok(()),
+        let current = kernel::current!();
+        match (&self.owner, current.mm()) {
+            (Some(owner), Some(mm)) if owner.as_raw() == mm.as_raw() => Ok(()),
             _ => Err(EPERM),
         }
     }
 }
 
 /// One open `/dev/vhost-net-rs`.
+///
+/// # Invariants
+///
+/// `rx` is queue [`RX_INDEX`] and `tx` queue [`TX_INDEX`].
 #[pin_data(PinnedDrop)]
 struct VhostNet {
     #[pin]
     state: Mutex<DevState>,
-    vqs: [Arc<VirtQueue>; NVQS],
+    rx: Arc<VirtQueue<RxQueue>>,
+    tx: Arc<VirtQueue<TxQueue>>,
 }
 
 /// Reads a `T` from the ioctl argument.
@@ -162,47 +167,101 @@ fn read_arg<T: kernel::transmute::FromBytes>(arg: usize) -> Result<T> {
 }
 
 /// Writes a `T` to the ioctl argument.
-fn write_arg<T: kernel::transmute::AsBytes>(arg: usize, v: &T) -> Result {
+fn write_arg<T: kernel::transmute::AsBytes>(arg: usize, value: &T) -> Result {
     UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
         .writer()
-        .write(v)
+        .write(value)
 }
 
-/// The vq index at the start of every vring ioctl argument; `-ENOBUFS` when
-/// it is out of range, as in the C driver.
-fn vq_index(arg: usize) -> Result<usize> {
-    let idx: u32 = read_arg(arg)?;
-    let idx = idx as usize;
-    if idx >= NVQS {
-        return Err(ENOBUFS);
-    }
-    Ok(idx)
-}
-
-fn mem_errno(e: MemError) -> Error {
-    match e {
+/// A region refused by `SET_MEM_TABLE`, as the C driver reports it: any
+/// region it cannot map is `-EFAULT`.
+fn mem_errno(err: MemError) -> Error {
+    match err {
         MemError::TooMany => E2BIG,
-        MemError::BadUserAddr | MemError::NotMapped => EFAULT,
-        MemError::BadSize | MemError::Unaligned | MemError::Overlap => EINVAL,
+        MemError::BadSize | MemError::BadUserAddr | MemError::NotMapped => EFAULT,
     }
+}
+
+/// The vring ioctls on one queue, under its lock. `attach` builds the
+/// backend of this queue's kind from a tap file.
+fn queue_ioctl<B: Backend>(
+    vq: &VirtQueue<B>,
+    index: u32,
+    cmd: u32,
+    arg: usize,
+    attach: impl FnOnce(ARef<File>, &VqState<B>) -> Result<B>,
+) -> Result<isize> {
+    let mut queue = vq.lock();
+    match cmd {
+        VHOST_SET_VRING_NUM => queue.set_num(read_arg::<VringState>(arg)?.num)?,
+        VHOST_SET_VRING_ADDR => queue.set_addr(&read_arg::<VringAddr>(arg)?)?,
+        VHOST_SET_VRING_BASE => queue.set_base(read_arg::<VringState>(arg)?.num)?,
+        VHOST_GET_VRING_BASE => {
+            let base = queue.get_base();
+            write_arg(arg, &VringState { index, num: base.into() })?;
+        }
+        VHOST_SET_VRING_KICK => {
+            let file = match read_arg::<VringFile>(arg)?.fd {
+                VHOST_FILE_UNBIND => None,
+                fd => Some(eventfd::eventfd_file(fd)?),
+            };
+            queue.set_kick(file)?;
+        }
+        VHOST_SET_VRING_CALL => {
+            let call = match read_arg::<VringFile>(arg)?.fd {
+                VHOST_FILE_UNBIND => None,
+                fd => Some(EventFd::from_fd(fd)?),
+            };
+            queue.set_call(call);
+        }
+        VHOST_SET_VRING_ERR => {
+            let err = match read_arg::<VringFile>(arg)?.fd {
+                VHOST_FILE_UNBIND => None,
+                fd => Some(EventFd::from_fd(fd)?),
+            };
+            queue.set_err(err);
+        }
+        VHOST_SET_VRING_BUSYLOOP_TIMEOUT => {
+            queue.set_busyloop_timeout(read_arg::<VringState>(arg)?.num);
+        }
+        VHOST_GET_VRING_BUSYLOOP_TIMEOUT => {
+            write_arg(arg, &VringState { index, num: queue.busyloop_timeout() })?;
+        }
+        VHOST_NET_SET_BACKEND => {
+            // Like the C driver, any fd that is not a usable backend,
+            // closed ones included, is -ENOTSOCK.
+            let fd = read_arg::<VringFile>(arg)?.fd;
+            queue.check_ring_addr()?;
+            let backend = match fd {
+                VHOST_FILE_UNBIND => None,
+                fd => {
+                    let file = tap_glue::backend_file(fd)?;
+                    Some(attach(file, &queue)?)
+                }
+            };
+            queue.set_backend(backend)?;
+        }
+        _ => return Err(ENOTTY),
+    }
+    Ok(0)
 }
 
 impl VhostNet {
     /// Stops the workers and drops every binding: what `RESET_OWNER` and
-    /// `close()` do. Wakeup sources go first, then the workers (joined), then
-    /// the files they used.
+    /// `close()` do, in the C driver's order. The backends go first, with
+    /// the polls that could wake a worker and the rings the workers
+    /// process, so a worker that still runs finds nothing to do and cannot
+    /// re-arm a poll. Then the workers stop (each after an RCU grace
+    /// period, see `worker.rs`). Then the rest of the state goes.
     fn teardown(&self, st: &mut DevState) {
-        for vq in &self.vqs {
-            vq.quiesce();
-        }
+        let rx_backend = self.rx.lock().detach();
+        let tx_backend = self.tx.lock().detach();
+        drop(rx_backend);
+        drop(tx_backend);
         st.workers = None;
-        for vq in &self.vqs {
-            let mut s = vq.inner.lock();
-            vq.reset(&mut s);
-        }
-        let fork_owner = st.fork_owner;
-        *st = DevState::new();
-        st.fork_owner = fork_owner;
+        self.rx.lock().reset();
+        self.tx.lock().reset();
+        *st = DevState::new(st.fork_owner);
     }
 
     fn set_owner(&self) -> Result<isize> {
@@ -211,13 +270,13 @@ impl VhostNet {
             return Err(EBUSY);
         }
         let mm = {
-            let cur = kernel::current!();
-            let mm = cur.mm().ok_or(EINVAL)?;
+            let current = kernel::current!();
+            let mm = current.mm().ok_or(EINVAL)?;
             ARef::from(&**mm)
         };
-        let rx = Worker::start(self.vqs[0].clone(), c"vhost-net-rs-rx")?;
-        let tx = Worker::start(self.vqs[1].clone(), c"vhost-net-rs-tx")?;
-        st.workers = Some([rx, tx]);
+        let rx = Worker::start(self.rx.clone(), c"vhost-net-rs-rx")?;
+        let tx = Worker::start(self.tx.clone(), c"vhost-net-rs-tx")?;
+        st.workers = Some(Workers { _rx: rx, _tx: tx });
         st.owner = Some(mm);
         Ok(0)
     }
@@ -229,32 +288,27 @@ impl VhostNet {
         Ok(0)
     }
 
+    /// `SET_FEATURES`: every bit checked first, then stored on both queues.
+    /// As in the C driver, this needs no owner and reads no guest memory.
     fn set_features(&self, features: u64) -> Result<isize> {
         if features & !NET_FEATURES != 0 {
             return Err(EOPNOTSUPP);
         }
         let mut st = self.state.lock();
         st.features = features;
-        for vq in &self.vqs {
-            let mut s = vq.inner.lock();
-            s.features = features;
-            if s.ring.is_some() {
-                vq.stop_ring(&mut s);
-                vq.start_ring(&mut s)?;
-            }
-        }
+        self.rx.lock().set_features(features);
+        self.tx.lock().set_features(features);
         Ok(0)
     }
 
     fn get_features_array(&self, arg: usize) -> Result<isize> {
         let count: u64 = read_arg(arg)?;
         let len = usize::try_from(count).map_err(|_| EFAULT)?.checked_mul(8).ok_or(EFAULT)?;
-        let mut w = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len)
-            .writer();
+        let mut writer = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).writer();
         let words = [NET_FEATURES, 0u64];
-        for i in 0..count {
-            let v = usize::try_from(i).ok().and_then(|i| words.get(i)).copied().unwrap_or(0);
-            w.write(&v)?;
+        for index in 0..count {
+            let word = usize::try_from(index).ok().and_then(|i| words.get(i)).copied().unwrap_or(0);
+            writer.write(&word)?;
         }
         Ok(0)
     }
@@ -262,18 +316,17 @@ impl VhostNet {
     fn set_features_array(&self, arg: usize) -> Result<isize> {
         let count: u64 = read_arg(arg)?;
         let len = usize::try_from(count).map_err(|_| EFAULT)?.checked_mul(8).ok_or(EFAULT)?;
-        let mut r = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len)
-            .reader();
+        let mut reader = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).reader();
         let mut words = [0u64; FEATURES_U64S];
-        for i in 0..count {
-            let v: u64 = r.read()?;
-            match usize::try_from(i).ok().and_then(|i| words.get_mut(i)) {
-                Some(w) => *w = v,
-                None if v != 0 => return Err(EOPNOTSUPP),
+        for index in 0..count {
+            let word: u64 = reader.read()?;
+            match usize::try_from(index).ok().and_then(|i| words.get_mut(i)) {
+                Some(slot) => *slot = word,
+                None if word != 0 => return Err(EOPNOTSUPP),
                 None => {}
             }
         }
-        if words[1..].iter().any(|&w| w != 0) {
+        if words[1..].iter().any(|&word| word != 0) {
             return Err(EOPNOTSUPP);
         }
         self.set_features(words[0])
@@ -287,165 +340,73 @@ impl VhostNet {
         Ok(0)
     }
 
+    /// `SET_MEM_TABLE`: the whole table is read and checked before either
+    /// queue sees it, so a refused table changes nothing.
     fn set_mem_table(&self, st: &mut DevState, arg: usize) -> Result<isize> {
-        let hdr: MemoryHeader = read_arg(arg)?;
-        if hdr.padding != 0 {
+        let header: MemoryHeader = read_arg(arg)?;
+        if header.padding != 0 {
             return Err(EOPNOTSUPP);
         }
-        let n = hdr.nregions as usize;
-        if n > max_regions() {
+        let nregions = header.nregions as usize;
+        if nregions > max_regions() {
             return Err(E2BIG);
         }
-        let mut r = UserSlice::new(
+        let mut reader = UserSlice::new(
             UserPtr::from_addr(arg.checked_add(core::mem::size_of::<MemoryHeader>()).ok_or(EFAULT)?),
-            n * core::mem::size_of::<MemoryRegion>(),
+            nregions * core::mem::size_of::<MemoryRegion>(),
         )
         .reader();
-        let mut regions = KVec::with_capacity(n, GFP_KERNEL)?;
-        for _ in 0..n {
-            let m: MemoryRegion = r.read()?;
-            let reg = Region::new(m.guest_phys_addr, m.memory_size, m.userspace_addr, USER_LIMIT)
+        let mut regions = KVec::with_capacity(nregions, GFP_KERNEL)?;
+        for _ in 0..nregions {
+            let raw: MemoryRegion = reader.read()?;
+            let region = Region::new(raw.guest_phys_addr, raw.memory_size, raw.userspace_addr, USER_LIMIT)
                 .map_err(mem_errno)?;
-            regions.push(reg, GFP_KERNEL)?;
+            regions.push(region, GFP_KERNEL)?;
         }
         memory::validate(&mut regions, max_regions()).map_err(mem_errno)?;
         let table = Arc::new(regions, GFP_KERNEL)?;
-        st.nregions = n;
-        for vq in &self.vqs {
-            let mut s = vq.inner.lock();
-            s.mem = Some(table.clone());
-            if s.backend.is_some() && s.ring.is_none() && !s.broken {
-                vq.start_ring(&mut s)?;
-            }
-        }
+        st.nregions = nregions;
+        self.rx.lock().set_mem(table.clone());
+        self.tx.lock().set_mem(table);
         Ok(0)
     }
 
     /// The vring ioctls: each works on one queue, under its lock.
     fn vring_ioctl(&self, cmd: u32, arg: usize) -> Result<isize> {
-        let idx = vq_index(arg)?;
-        let vq = &self.vqs[idx];
-        let mut s = vq.inner.lock();
-        match cmd {
-            VHOST_SET_VRING_NUM => {
-                let v: VringState = read_arg(arg)?;
-                if s.backend.is_some() {
-                    return Err(EBUSY);
-                }
-                if v.num == 0 || v.num > VRING_MAX_NUM || !v.num.is_power_of_two() {
-                    return Err(EINVAL);
-                }
-                s.cfg.num = v.num;
-            }
-            VHOST_SET_VRING_ADDR => Self::set_vring_addr(vq, &mut s, read_arg(arg)?)?,
-            VHOST_SET_VRING_BASE => {
-                let v: VringState = read_arg(arg)?;
-                if s.backend.is_some() {
-                    return Err(EBUSY);
-                }
-                s.cfg.last_avail_idx = u16::try_from(v.num).map_err(|_| EINVAL)?;
-            }
-            VHOST_GET_VRING_BASE => {
-                // Stops the ring, so the index cannot move after it is read.
-                vq.stop_ring(&mut s);
-                let v = VringState { index: idx as u32, num: s.cfg.last_avail_idx.into() };
-                write_arg(arg, &v)?;
-            }
-            VHOST_SET_VRING_KICK => {
-                let f: VringFile = read_arg(arg)?;
-                let file = match f.fd {
-                    VHOST_FILE_UNBIND => None,
-                    fd => Some(glue::eventfd_file(fd)?),
-                };
-                vq.set_kick(&mut s, file)?;
-            }
-            VHOST_SET_VRING_CALL | VHOST_SET_VRING_ERR => {
-                let f: VringFile = read_arg(arg)?;
-                let ctx = match f.fd {
-                    VHOST_FILE_UNBIND => None,
-                    fd => Some(EventFd::from_fd(fd)?),
-                };
-                // The old context, if any, is released here.
-                if cmd == VHOST_SET_VRING_CALL {
-                    s.call = ctx;
-                } else {
-                    s.err = ctx;
-                }
-            }
-            VHOST_SET_VRING_BUSYLOOP_TIMEOUT => {
-                let v: VringState = read_arg(arg)?;
-                s.cfg.busyloop_timeout = v.num;
-            }
-            VHOST_GET_VRING_BUSYLOOP_TIMEOUT => {
-                let v = VringState { index: idx as u32, num: s.cfg.busyloop_timeout };
-                write_arg(arg, &v)?;
-            }
-            VHOST_NET_SET_BACKEND => {
-                let f: VringFile = read_arg(arg)?;
-                if !s.cfg.addr_set {
-                    return Err(EFAULT);
-                }
-                // Like the C driver, any fd that is not a usable backend,
-                // closed ones included, is -ENOTSOCK.
-                let sock = match f.fd {
-                    VHOST_FILE_UNBIND => None,
-                    fd => {
-                        let file = glue::fget(fd).map_err(|_| ENOTSOCK)?;
-                        Some(Arc::new(TapSocket::new(file)?, GFP_KERNEL)?)
-                    }
-                };
-                vq.set_backend(&mut s, sock)?;
-            }
-            _ => return Err(ENOTTY),
+        // The vq index leads every vring ioctl argument; out of range is
+        // -ENOBUFS, as in the C driver.
+        match read_arg::<u32>(arg)? {
+            RX_INDEX => queue_ioctl(&self.rx, RX_INDEX, cmd, arg, |file, queue| RxQueue::new(file, queue.waker())),
+            TX_INDEX => queue_ioctl(&self.tx, TX_INDEX, cmd, arg, |file, _| TxQueue::new(file)),
+            _ => Err(ENOBUFS),
         }
-        Ok(0)
-    }
-
-    fn set_vring_addr(vq: &VirtQueue, s: &mut VqInner, a: VringAddr) -> Result {
-        if a.flags & !VHOST_VRING_F_LOG != 0 {
-            return Err(EOPNOTSUPP);
-        }
-        // Logging is not offered, so a log address is never used.
-        if a.desc_user_addr % DESC_ALIGN != 0
-            || a.avail_user_addr % AVAIL_ALIGN != 0
-            || a.used_user_addr % USED_ALIGN != 0
-            || a.log_guest_addr % USED_ALIGN != 0
-        {
-            return Err(EINVAL);
-        }
-        let (dsz, asz, usz) = vring::Vring::sizes(s.cfg.num, true);
-        let in_user = |p: u64, sz: u64| p.checked_add(sz).is_some_and(|e| e <= USER_LIMIT);
-        if !in_user(a.desc_user_addr, dsz)
-            || !in_user(a.avail_user_addr, asz)
-            || !in_user(a.used_user_addr, usz)
-        {
-            return Err(EFAULT);
-        }
-        let running = s.ring.is_some();
-        vq.stop_ring(s);
-        s.cfg.desc = a.desc_user_addr;
-        s.cfg.avail = a.avail_user_addr;
-        s.cfg.used = a.used_user_addr;
-        s.cfg.addr_set = true;
-        if running {
-            vq.start_ring(s)?;
-        }
-        Ok(())
     }
 
     fn set_fork_owner(st: &mut DevState, arg: usize) -> Result<isize> {
         if st.owner.is_some() {
             return Err(EBUSY);
         }
-        let v: u8 = read_arg(arg)?;
-        match v {
+        let mode: u8 = read_arg(arg)?;
+        match mode {
             VHOST_FORK_OWNER_TASK => {
-                st.fork_owner = v;
+                st.fork_owner = mode;
                 Ok(0)
             }
             // kthread workers (with kthread_use_mm) are not implemented.
             VHOST_FORK_OWNER_KTHREAD => Err(EOPNOTSUPP),
             _ => Err(EINVAL),
+        }
+    }
+
+    /// A command this driver does not know gets the errors the C driver
+    /// gives it on its way through `vhost_dev_ioctl` and
+    /// `vhost_vring_ioctl`: no owner, then a bad vring index, then
+    /// `-ENOTTY`.
+    fn unknown_ioctl(&self, arg: usize) -> Result<isize> {
+        self.state.lock().check_owner()?;
+        match read_arg::<u32>(arg)? {
+            RX_INDEX | TX_INDEX => Err(ENOTTY),
+            _ => Err(ENOBUFS),
         }
     }
 
@@ -485,11 +446,13 @@ impl MiscDevice for VhostNet {
     type Ptr = Pin<KBox<Self>>;
 
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
-        let vqs = [VirtQueue::new(Dir::Rx)?, VirtQueue::new(Dir::Tx)?];
+        let rx = VirtQueue::new(RX_INDEX, RX_HEADS)?;
+        let tx = VirtQueue::new(TX_INDEX, TX_HEADS)?;
         KBox::try_pin_init(
             try_pin_init!(VhostNet {
-                state <- new_mutex!(DevState::new()),
-                vqs,
+                state <- new_mutex!(DevState::new(VHOST_FORK_OWNER_TASK)),
+                rx,
+                tx,
             }),
             GFP_KERNEL,
         )
@@ -526,7 +489,7 @@ impl MiscDevice for VhostNet {
             | VHOST_NET_SET_BACKEND
             | VHOST_SET_FORK_FROM_OWNER
             | VHOST_GET_FORK_FROM_OWNER => me.owner_ioctl(cmd, arg),
-            _ => Err(ENOTTY),
+            _ => me.unknown_ioctl(arg),
         }
     }
 
@@ -539,27 +502,7 @@ impl MiscDevice for VhostNet {
             st.features,
             st.nregions
         );
-        for (i, vq) in me.vqs.iter().enumerate() {
-            let s = vq.inner.lock();
-            let c: VqConfig = s.cfg;
-            let st = &vq.stats;
-            seq_print!(
-                m,
-                "vq{}:\tnum={} last_avail_idx={} running={} broken={} backend={} \
-                 packets={} bytes={} wakeups={} calls={} errors={} drops={}\n",
-                i,
-                c.num,
-                s.ring.as_ref().map_or(c.last_avail_idx, |r| r.last_avail_idx),
-                u8::from(s.ring.is_some()),
-                u8::from(s.broken),
-                u8::from(s.backend.is_some()),
-                Stats::get(&st.packets),
-                Stats::get(&st.bytes),
-                vq.waker.wakeups(),
-                Stats::get(&st.calls),
-                Stats::get(&st.errors),
-                Stats::get(&st.drops)
-            );
-        }
+        me.rx.lock().show(m);
+        me.tx.lock().show(m);
     }
 }

@@ -1,125 +1,65 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One virtqueue of a device: its configuration, its running ring, the files
-//! it is bound to (kick, call and error eventfds, the tap), its statistics,
-//! and the worker that services it.
+//! One virtqueue: its configuration, its running ring, the eventfds it is
+//! bound to, its backend, its statistics, and the rules that tie them
+//! together.
+//!
+//! Every rule of the `VHOST_SET_VRING_*` ioctls and of `SET_MEM_TABLE`,
+//! `SET_FEATURES` and `NET_SET_BACKEND` as they touch one queue is a method
+//! of [`VqState`], the state under the queue's lock, so a caller cannot
+//! break one by writing a field, and a method can only be given the guard
+//! of the queue it works on. The data path borrows a running ring through
+//! [`VqState::active`].
+//!
+//! # When the ring runs
+//!
+//! The ring runs while a backend is attached, the ring addresses and the
+//! memory table are set, the guest has not corrupted it, and
+//! `GET_VRING_BASE` has not stopped it. `GET_VRING_BASE` stops it so that
+//! the index it reports cannot move afterwards; only attaching a backend
+//! (or `SET_VRING_BASE`, which needs the backend detached) lets it run
+//! again. `SET_MEM_TABLE` and `SET_FEATURES` never restart a stopped ring.
 //!
 //! # Lock order
 //!
-//! `VhostNet::state` (device) before `VirtQueue::inner` (this queue). The
-//! worker takes only `inner`. Wait-queue callbacks take no lock: they set an
-//! atomic flag and wake the worker.
+//! `VhostNet::state` (the device) before `VirtQueue::state` (this queue).
+//! The worker takes only its queue's lock. Wait-queue callbacks take no
+//! lock: they set an atomic flag and wake the worker.
 
-use crate::glue::{EventFd, Poll, Waker, Work, EPOLLIN, EPOLLOUT};
+use crate::eventfd::EventFd;
+use crate::file_poll::{FilePoll, POLLIN};
 use crate::memory::Region;
-use crate::tap_glue::{RxBatch, TapSocket, TxBatch};
 use crate::uaccess::OwnerMem;
-use crate::uapi::{bit, feature};
-use crate::vring::{GuestMemory, Iov, RingFeatures, Vring, VringError, MAX_SEGMENTS};
-use core::sync::atomic::{AtomicU64, Ordering};
+use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG};
+use crate::vring::{GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
+use crate::worker::{Waker, Work};
 use kernel::{
-    bindings,
     fs::File,
     new_mutex,
     prelude::*,
-    sync::{aref::ARef, Arc, Mutex},
+    seq_file::SeqFile,
+    seq_print,
+    sync::{aref::ARef, Arc, Mutex, MutexGuard},
 };
 
-/// Which way a queue moves packets.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dir {
-    /// vq 0: tap to guest.
-    Rx,
-    /// vq 1: guest to tap.
-    Tx,
-}
-
-/// The memory table, shared by both queues of a device.
+/// The memory table, shared by the queues of a device.
 pub(crate) type MemTable = KVec<Region>;
 
-/// Counters a user can read in `/proc/PID/fdinfo/FD`.
-#[derive(Default)]
-pub(crate) struct Stats {
-    pub(crate) packets: AtomicU64,
-    pub(crate) bytes: AtomicU64,
-    pub(crate) calls: AtomicU64,
-    pub(crate) errors: AtomicU64,
-    pub(crate) drops: AtomicU64,
-}
+/// Largest split ring the vhost ABI allows: `num` must fit in 16 bits and be
+/// a power of two.
+const VRING_MAX_NUM: u32 = 32768;
 
-impl Stats {
-    pub(crate) fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-    pub(crate) fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
-    }
-}
+/// The first address past the user address space on x86-64 with 4-level
+/// paging (`TASK_SIZE_MAX`). Anything above is refused at setup time; every
+/// access goes through the uaccess helpers, which check again.
+pub(crate) const USER_LIMIT: u64 = (1u64 << 47) - 4096;
 
-/// Ring configuration, as the `VHOST_SET_VRING_*` ioctls set it.
-#[derive(Clone, Copy)]
-pub(crate) struct VqConfig {
-    pub(crate) num: u32,
-    pub(crate) desc: u64,
-    pub(crate) avail: u64,
-    pub(crate) used: u64,
-    pub(crate) addr_set: bool,
-    pub(crate) last_avail_idx: u16,
-    pub(crate) busyloop_timeout: u32,
-}
+/// Alignment the virtio spec requires of each ring part.
+const DESC_ALIGN: u64 = 16;
+const AVAIL_ALIGN: u64 = 2;
+const USED_ALIGN: u64 = 4;
 
-impl VqConfig {
-    /// The state after open and after `RESET_OWNER`, as in the C driver.
-    pub(crate) const RESET: Self = Self {
-        num: 1,
-        desc: 0,
-        avail: 0,
-        used: 0,
-        addr_set: false,
-        last_avail_idx: 0,
-        busyloop_timeout: 0,
-    };
-}
-
-/// A user iovec handed to the socket layer: `struct iovec` with the user
-/// address kept as an integer, so it is plain data.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub(crate) struct UserIov {
-    pub(crate) base: usize,
-    pub(crate) len: usize,
-}
-
-const _: () = assert!(core::mem::size_of::<UserIov>() == core::mem::size_of::<bindings::iovec>());
-const _: () = assert!(core::mem::align_of::<UserIov>() == core::mem::align_of::<bindings::iovec>());
-
-/// Everything about a queue that changes, under `VirtQueue::inner`.
-pub(crate) struct VqInner {
-    pub(crate) cfg: VqConfig,
-    /// The running ring: set while a backend is attached and the ring was
-    /// not stopped by `GET_VRING_BASE`.
-    pub(crate) ring: Option<Vring>,
-    /// Set when the guest corrupted the ring; cleared by reconfiguration.
-    pub(crate) broken: bool,
-    pub(crate) features: u64,
-    pub(crate) mem: Option<Arc<MemTable>>,
-    pub(crate) backend: Option<Arc<TapSocket>>,
-    pub(crate) kick: Option<Pin<KBox<Poll>>>,
-    pub(crate) sock_poll: Option<Pin<KBox<Poll>>>,
-    pub(crate) call: Option<EventFd>,
-    pub(crate) err: Option<EventFd>,
-    /// Scratch space of the data path, allocated once so that no packet
-    /// allocates.
-    pub(crate) iov: KVec<Iov>,
-    pub(crate) uiov: KVec<UserIov>,
-    pub(crate) heads: KVec<(u16, u32)>,
-    /// TX only: packets waiting to go to tun in one batch.
-    pub(crate) txb: Option<TxBatch>,
-    /// RX only, while a backend is attached: packets taken off its ring.
-    pub(crate) rxb: Option<RxBatch>,
-}
-
-/// Most TX used elements gathered before one `used->idx` update.
+/// Most used elements gathered before one `used->idx` update.
 pub(crate) const MAX_BATCH: usize = 64;
 
 /// Most RX buffers one packet may be merged over: as many as it has iov
@@ -127,199 +67,416 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// fits even in 512-byte mergeable buffers (129 of them).
 pub(crate) const MAX_RX_HEADS: usize = MAX_SEGMENTS;
 
-/// One virtqueue.
+/// The data path of a backend kind (RX or TX on a tap).
+pub(crate) trait Backend: Send + Sized + Unpin {
+    /// Runs the queue's data path once. Returns true if it stopped because
+    /// its weight ran out and work remains.
+    fn service(queue: &mut VqState<Self>) -> bool;
+}
+
+/// Counters a user can read in `/proc/PID/fdinfo/FD`.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) packets: u64,
+    pub(crate) bytes: u64,
+    pub(crate) calls: u64,
+    pub(crate) errors: u64,
+    pub(crate) drops: u64,
+}
+
+/// Ring addresses, as `VHOST_SET_VRING_ADDR` set them.
+#[derive(Clone, Copy)]
+struct RingAddr {
+    desc: u64,
+    avail: u64,
+    used: u64,
+}
+
+/// Everything about a queue that changes, under `VirtQueue::state`.
 ///
 /// # Invariants
 ///
-/// `waker` is registered with the queue's worker while the device has an
-/// owner; `inner` is only locked after the device's state lock, if both are
-/// taken.
-#[pin_data]
-pub(crate) struct VirtQueue {
-    pub(crate) dir: Dir,
-    pub(crate) waker: Waker,
-    pub(crate) stats: Stats,
-    #[pin]
-    pub(crate) inner: Mutex<VqInner>,
+/// `ring` is `Some` only while `backend`, `addr` and `mem` are, and neither
+/// `stopped` nor `broken` is set. `num` is a power of two in
+/// `1..=VRING_MAX_NUM`.
+pub(crate) struct VqState<B> {
+    index: u32,
+    num: u32,
+    addr: Option<RingAddr>,
+    /// Where the ring resumes: `last_avail_idx` while it is not running.
+    base: u16,
+    /// `used->idx` as read when the backend was attached.
+    used_idx: u16,
+    busyloop_timeout: u32,
+    ring: Option<Vring>,
+    /// Stopped by `GET_VRING_BASE`.
+    stopped: bool,
+    /// The guest corrupted the ring; cleared by reconfiguration.
+    broken: bool,
+    features: u64,
+    mem: Option<Arc<MemTable>>,
+    backend: Option<B>,
+    kick: Option<Pin<KBox<FilePoll>>>,
+    call: Option<EventFd>,
+    err: Option<EventFd>,
+    waker: Arc<Waker>,
+    stats: Stats,
+    /// Scratch space of the data path, allocated once so that no packet
+    /// allocates.
+    iov: KVec<Iov>,
+    heads: KVec<UsedElem>,
 }
 
-impl VirtQueue {
-    pub(crate) fn new(dir: Dir) -> Result<Arc<Self>> {
+/// A running ring, borrowed by the data path for one run.
+pub(crate) struct ActiveRing<'a, B> {
+    pub(crate) ring: &'a mut Vring,
+    pub(crate) mem: &'a MemTable,
+    pub(crate) backend: &'a mut B,
+    pub(crate) iov: &'a mut [Iov],
+    pub(crate) heads: &'a mut [UsedElem],
+    pub(crate) stats: &'a mut Stats,
+    pub(crate) features: u64,
+    pub(crate) waker: &'a Arc<Waker>,
+    call: Option<&'a EventFd>,
+}
+
+impl<B> ActiveRing<'_, B> {
+    /// Publishes `heads[..count]` and signals the guest if it wants to be.
+    pub(crate) fn publish(&mut self, count: usize) -> Result<(), VringError> {
+        if count == 0 {
+            return Ok(());
+        }
+        let mem = OwnerMem;
+        self.ring.add_used(&mem, &self.heads[..count])?;
+        if self.ring.should_notify(&mem)? {
+            if let Some(call) = self.call {
+                call.signal();
+                self.stats.calls += 1;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn has_feature(&self, bit_nr: u32) -> bool {
+        self.features & bit(bit_nr) != 0
+    }
+}
+
+fn ring_features(features: u64) -> RingFeatures {
+    RingFeatures {
+        event_idx: features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0,
+        indirect: features & bit(feature::VIRTIO_RING_F_INDIRECT_DESC) != 0,
+        notify_on_empty: features & bit(feature::VIRTIO_F_NOTIFY_ON_EMPTY) != 0,
+    }
+}
+
+impl<B> VqState<B> {
+    fn new(index: u32, waker: Arc<Waker>, nheads: usize) -> Result<Self> {
         let mut iov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
         iov.resize(MAX_SEGMENTS, Iov::default(), GFP_KERNEL)?;
-        let mut uiov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
-        uiov.resize(MAX_SEGMENTS, UserIov::default(), GFP_KERNEL)?;
-        // RX gathers one packet's buffers after up to MAX_BATCH unpublished
-        // ones; TX gathers one batch.
-        let nheads = if dir == Dir::Rx { MAX_RX_HEADS + MAX_BATCH } else { MAX_BATCH };
         let mut heads = KVec::with_capacity(nheads, GFP_KERNEL)?;
-        heads.resize(nheads, (0u16, 0u32), GFP_KERNEL)?;
-        let txb = if dir == Dir::Tx { Some(TxBatch::new()?) } else { None };
-        Arc::pin_init(
-            pin_init!(VirtQueue {
-                dir,
-                waker: Waker::new(),
-                stats: Stats::default(),
-                inner <- new_mutex!(VqInner {
-                    cfg: VqConfig::RESET,
-                    ring: None,
-                    broken: false,
-                    features: 0,
-                    mem: None,
-                    backend: None,
-                    kick: None,
-                    sock_poll: None,
-                    call: None,
-                    err: None,
-                    iov,
-                    uiov,
-                    heads,
-                    txb,
-                    rxb: None,
-                }),
-            }),
-            GFP_KERNEL,
-        )
+        heads.resize(nheads, UsedElem::default(), GFP_KERNEL)?;
+        Ok(Self {
+            index,
+            num: 1,
+            addr: None,
+            base: 0,
+            used_idx: 0,
+            busyloop_timeout: 0,
+            ring: None,
+            stopped: false,
+            broken: false,
+            features: 0,
+            mem: None,
+            backend: None,
+            kick: None,
+            call: None,
+            err: None,
+            waker,
+            stats: Stats::default(),
+            iov,
+            heads,
+        })
+    }
+
+    /// `VHOST_SET_VRING_NUM`: not while a backend is attached.
+    pub(crate) fn set_num(&mut self, num: u32) -> Result {
+        if self.backend.is_some() {
+            return Err(EBUSY);
+        }
+        if num == 0 || num > VRING_MAX_NUM || !num.is_power_of_two() {
+            return Err(EINVAL);
+        }
+        self.num = num;
+        Ok(())
+    }
+
+    /// `VHOST_SET_VRING_ADDR`: aligned, inside the user address space. A
+    /// running ring moves to the new addresses where it stands.
+    pub(crate) fn set_addr(&mut self, addr: &VringAddr) -> Result {
+        if addr.flags & !VHOST_VRING_F_LOG != 0 {
+            return Err(EOPNOTSUPP);
+        }
+        // Logging is not offered, so a log address is checked but not used.
+        if addr.desc_user_addr % DESC_ALIGN != 0
+            || addr.avail_user_addr % AVAIL_ALIGN != 0
+            || addr.used_user_addr % USED_ALIGN != 0
+            || addr.log_guest_addr % USED_ALIGN != 0
+        {
+            return Err(EINVAL);
+        }
+        let (desc_size, avail_size, used_size) = Vring::sizes(self.num, true);
+        let in_user = |start: u64, size: u64| start.checked_add(size).is_some_and(|end| end <= USER_LIMIT);
+        if !in_user(addr.desc_user_addr, desc_size)
+            || !in_user(addr.avail_user_addr, avail_size)
+            || !in_user(addr.used_user_addr, used_size)
+        {
+            return Err(EFAULT);
+        }
+        let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
+        self.stop();
+        self.addr = Some(new);
+        // New addresses are a reconfiguration: a ring the guest corrupted
+        // may run again (a stopped one still waits for its backend).
+        self.broken = false;
+        self.start();
+        Ok(())
+    }
+
+    /// `VHOST_SET_VRING_BASE`: not while a backend is attached.
+    pub(crate) fn set_base(&mut self, base: u32) -> Result {
+        if self.backend.is_some() {
+            return Err(EBUSY);
+        }
+        self.base = u16::try_from(base).map_err(|_| EINVAL)?;
+        self.stopped = false;
+        self.broken = false;
+        Ok(())
+    }
+
+    /// `VHOST_GET_VRING_BASE`: stops the ring, so the index cannot move
+    /// after it is read.
+    pub(crate) fn get_base(&mut self) -> u16 {
+        self.stop();
+        self.stopped = true;
+        self.base
+    }
+
+    /// `VHOST_SET_VRING_KICK`; `None` unbinds.
+    pub(crate) fn set_kick(&mut self, file: Option<ARef<File>>) -> Result {
+        let poll = match file {
+            Some(file) => Some(FilePoll::start(file, POLLIN, self.waker.clone())?),
+            None => None,
+        };
+        // The old poll, if any, leaves its wait queue here.
+        self.kick = poll;
+        Ok(())
+    }
+
+    /// `VHOST_SET_VRING_CALL`; `None` unbinds.
+    pub(crate) fn set_call(&mut self, call: Option<EventFd>) {
+        self.call = call;
+    }
+
+    /// `VHOST_SET_VRING_ERR`; `None` unbinds.
+    pub(crate) fn set_err(&mut self, err: Option<EventFd>) {
+        self.err = err;
+    }
+
+    pub(crate) fn set_busyloop_timeout(&mut self, timeout: u32) {
+        self.busyloop_timeout = timeout;
+    }
+
+    pub(crate) fn busyloop_timeout(&self) -> u32 {
+        self.busyloop_timeout
+    }
+
+    /// `SET_FEATURES`: stores the bits, as the C driver does; a running ring
+    /// follows them from its next access. Nothing is read from guest memory
+    /// here, so the caller's address space does not matter.
+    pub(crate) fn set_features(&mut self, features: u64) {
+        self.features = features;
+        if let Some(ring) = self.ring.as_mut() {
+            ring.set_features(ring_features(features));
+        }
+    }
+
+    /// `SET_MEM_TABLE`: the new table is used from the next access. A ring
+    /// that waited only for a table starts; a stopped one stays stopped.
+    pub(crate) fn set_mem(&mut self, mem: Arc<MemTable>) {
+        self.mem = Some(mem);
+        if self.ring.is_none() {
+            self.start();
+        }
+    }
+
+    /// `VHOST_NET_SET_BACKEND`: attaches `backend` (or with `None`
+    /// detaches). On error nothing has changed: the old backend stays
+    /// attached and running (the C driver's `err_used`). The old backend is
+    /// released here, under the lock, before the worker can use the new
+    /// one: packets it had taken off the tap go back in order.
+    pub(crate) fn set_backend(&mut self, backend: Option<B>) -> Result {
+        let addr = self.addr.ok_or(EFAULT)?;
+        let used_idx = if backend.is_some() {
+            // vhost_vq_init_access: the ring must be reachable, and the
+            // device continues from the guest's used index.
+            let mem = OwnerMem;
+            mem.read_u16(Vring::avail_idx_addr_of(addr.avail)).map_err(|_| EFAULT)?;
+            mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)?
+        } else {
+            self.used_idx
+        };
+        self.stop();
+        drop(self.backend.take());
+        self.backend = backend;
+        self.used_idx = used_idx;
+        self.stopped = false;
+        self.broken = false;
+        self.start();
+        Ok(())
+    }
+
+    /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd, as
+    /// the C driver does: the ring addresses must be set (`-EFAULT`).
+    pub(crate) fn check_ring_addr(&self) -> Result {
+        self.addr.map(|_| ()).ok_or(EFAULT)
+    }
+
+    /// Detaches the backend and stops the ring: the first step of taking
+    /// the device apart, after which the worker finds nothing to do.
+    pub(crate) fn detach(&mut self) -> Option<B> {
+        self.stop();
+        self.kick = None;
+        self.backend.take()
+    }
+
+    /// The state of a freshly opened queue (`RESET_OWNER`, `close`).
+    pub(crate) fn reset(&mut self) {
+        self.stop();
+        self.kick = None;
+        self.backend = None;
+        self.call = None;
+        self.err = None;
+        self.mem = None;
+        self.addr = None;
+        self.num = 1;
+        self.base = 0;
+        self.used_idx = 0;
+        self.busyloop_timeout = 0;
+        self.stopped = false;
+        self.broken = false;
+        self.features = 0;
+    }
+
+    /// Starts the ring if everything it needs is there.
+    fn start(&mut self) {
+        if self.ring.is_some() || self.stopped || self.broken || self.backend.is_none() || self.mem.is_none() {
+            return;
+        }
+        let Some(addr) = self.addr else { return };
+        let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used };
+        // INVARIANT: the conditions above, and `num` is valid by the type
+        // invariant, so `resume` succeeds.
+        self.ring = Vring::resume(layout, self.base, self.used_idx, ring_features(self.features));
+        self.waker.wake();
+    }
+
+    /// Stops the ring, keeping its position.
+    fn stop(&mut self) {
+        if let Some(ring) = self.ring.take() {
+            self.base = ring.last_avail_idx();
+            self.used_idx = ring.last_used_idx();
+        }
+    }
+
+    /// The running ring and what the data path needs with it, or `None`
+    /// if the queue is not running.
+    pub(crate) fn active(&mut self) -> Option<ActiveRing<'_, B>> {
+        let (ring, mem, backend) = (self.ring.as_mut()?, self.mem.as_deref()?, self.backend.as_mut()?);
+        Some(ActiveRing {
+            ring,
+            mem,
+            backend,
+            iov: &mut self.iov,
+            heads: &mut self.heads,
+            stats: &mut self.stats,
+            features: self.features,
+            waker: &self.waker,
+            call: self.call.as_ref(),
+        })
     }
 
     /// Reports a malformed ring: error eventfd, counter, one debug line. The
     /// ring stays stopped until userspace reconfigures it, so a hostile
     /// guest cannot make the worker spin or flood the log.
-    pub(crate) fn fail(&self, s: &mut VqInner, e: VringError) {
-        s.broken = true;
-        Stats::add(&self.stats.errors, 1);
-        if let Some(err) = &s.err {
-            err.signal();
+    pub(crate) fn fail(&mut self, err: VringError) {
+        self.stop();
+        self.broken = true;
+        self.stats.errors += 1;
+        if let Some(eventfd) = &self.err {
+            eventfd.signal();
         }
-        pr_debug!("vhost-net-rs: vq {} stopped: {:?}\n", self.dir as u32, e);
+        pr_debug!("vhost-net-rs: vq {} stopped: {:?}\n", self.index, err);
     }
 
-    /// Sets `kick`; -1 unbinds.
-    pub(crate) fn set_kick(&self, s: &mut VqInner, file: Option<ARef<File>>) -> Result {
-        s.kick = None;
-        if let Some(f) = file {
-            // SAFETY: `self.waker` lives as long as this queue, and the poll
-            // is dropped with `inner`, which is part of this queue.
-            s.kick = Some(unsafe { Poll::start(f, EPOLLIN, &self.waker) }?);
-        }
-        Ok(())
+    pub(crate) fn waker(&self) -> &Arc<Waker> {
+        &self.waker
     }
 
-    /// Starts (or restarts) the ring from its configuration if everything it
-    /// needs is there. Called in the owner's context.
-    pub(crate) fn start_ring(&self, s: &mut VqInner) -> Result {
-        s.ring = None;
-        s.broken = false;
-        if s.backend.is_none() || !s.cfg.addr_set || s.mem.is_none() {
-            return Ok(());
-        }
-        let f = s.features;
-        let feats = RingFeatures {
-            event_idx: f & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0,
-            indirect: f & bit(feature::VIRTIO_RING_F_INDIRECT_DESC) != 0,
-            notify_on_empty: f & bit(feature::VIRTIO_F_NOTIFY_ON_EMPTY) != 0,
-        };
-        let c = s.cfg;
-        let mut ring =
-            Vring::new(c.num, c.desc, c.avail, c.used, c.last_avail_idx, feats).ok_or(EINVAL)?;
-        // Check the ring parts are reachable, and pick up where the guest's
-        // used index is (vhost_vq_init_access).
-        let used_idx = OwnerMem.read_u16(c.used + 2).map_err(|_| EFAULT)?;
-        OwnerMem.read_u16(c.avail + 2).map_err(|_| EFAULT)?;
-        ring.last_used_idx = used_idx;
-        s.ring = Some(ring);
-        self.waker.wake();
-        Ok(())
-    }
-
-    /// Stops the ring, keeping its position for `GET_VRING_BASE`.
-    pub(crate) fn stop_ring(&self, s: &mut VqInner) {
-        if let Some(r) = s.ring.take() {
-            s.cfg.last_avail_idx = r.last_avail_idx;
-        }
-    }
-
-    /// Attaches (or with `None` detaches) the tap.
-    pub(crate) fn set_backend(&self, s: &mut VqInner, sock: Option<Arc<TapSocket>>) -> Result {
-        self.stop_ring(s);
-        s.sock_poll = None;
-        // Packets taken off the old tap's ring go back to it.
-        s.rxb = None;
-        s.backend = sock;
-        let Some(b) = s.backend.clone() else { return Ok(()) };
-        if self.dir == Dir::Rx {
-            match RxBatch::new(b.clone()) {
-                Ok(r) => s.rxb = Some(r),
-                Err(e) => {
-                    s.backend = None;
-                    return Err(e);
-                }
-            }
-        }
-        if let Err(e) = self.start_ring(s) {
-            s.rxb = None;
-            s.backend = None;
-            return Err(e);
-        }
-        if self.dir == Dir::Rx {
-            self.poll_socket(s, &b, EPOLLIN)?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn poll_socket(&self, s: &mut VqInner, b: &TapSocket, mask: u32) -> Result {
-        // SAFETY: As in `set_kick`.
-        s.sock_poll = Some(unsafe { Poll::start(b.file().clone(), mask, &self.waker) }?);
-        Ok(())
-    }
-
-    /// Waits until the TX tap has room again (after `-EAGAIN`).
-    pub(crate) fn poll_tx_space(&self, s: &mut VqInner) {
-        if let Some(b) = s.backend.clone() {
-            if self.poll_socket(s, &b, EPOLLOUT).is_err() {
-                s.sock_poll = None;
-            }
-        }
-    }
-
-    /// Drops every binding: the state of a freshly opened device.
-    pub(crate) fn reset(&self, s: &mut VqInner) {
-        s.kick = None;
-        s.sock_poll = None;
-        s.ring = None;
-        s.rxb = None;
-        s.backend = None;
-        s.call = None;
-        s.err = None;
-        s.mem = None;
-        s.features = 0;
-        s.broken = false;
-        s.cfg = VqConfig::RESET;
-    }
-
-    /// Stops every wakeup source (kick and socket polls).
-    pub(crate) fn quiesce(&self) {
-        let mut s = self.inner.lock();
-        s.kick = None;
-        s.sock_poll = None;
+    /// One line of `/proc/PID/fdinfo/FD`.
+    pub(crate) fn show(&self, m: &SeqFile) {
+        let stats = &self.stats;
+        seq_print!(
+            m,
+            "vq{}:\tnum={} last_avail_idx={} running={} broken={} backend={} \
+             packets={} bytes={} wakeups={} calls={} errors={} drops={}\n",
+            self.index,
+            self.num,
+            self.ring.as_ref().map_or(self.base, |ring| ring.last_avail_idx()),
+            u8::from(self.ring.is_some()),
+            u8::from(self.broken),
+            u8::from(self.backend.is_some()),
+            stats.packets,
+            stats.bytes,
+            self.waker.wakeups(),
+            stats.calls,
+            stats.errors,
+            stats.drops
+        );
     }
 }
 
-impl Work for VirtQueue {
+/// One virtqueue and its worker's view of it.
+///
+/// # Invariants
+///
+/// `waker` is the waker of `state`.
+#[pin_data]
+pub(crate) struct VirtQueue<B> {
+    waker: Arc<Waker>,
+    #[pin]
+    state: Mutex<VqState<B>>,
+}
+
+impl<B: Backend> VirtQueue<B> {
+    /// Queue `index` of a device; `nheads` used elements of scratch.
+    pub(crate) fn new(index: u32, nheads: usize) -> Result<Arc<Self>> {
+        let waker = Waker::new()?;
+        let state = VqState::new(index, waker.clone(), nheads)?;
+        Arc::pin_init(pin_init!(VirtQueue { waker, state <- new_mutex!(state) }), GFP_KERNEL)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, VqState<B>> {
+        self.state.lock()
+    }
+}
+
+impl<B: Backend> Work for VirtQueue<B> {
     fn waker(&self) -> &Waker {
         &self.waker
     }
 
-    fn run(&self) {
-        let mut s = self.inner.lock();
-        let more = match self.dir {
-            Dir::Tx => crate::net::handle_tx(self, &mut s),
-            Dir::Rx => crate::net::handle_rx(self, &mut s),
-        };
-        drop(s);
-        if more {
-            // The weight was used up: yield, then continue.
-            self.waker.wake();
-        }
+    fn run(&self) -> bool {
+        B::service(&mut self.state.lock())
     }
 }

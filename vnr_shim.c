@@ -1,14 +1,70 @@
 // SPDX-License-Identifier: GPL-2.0
 /* See vnr_shim.h. */
-#include <linux/uaccess.h>
-#include <linux/skbuff.h>
+#include <linux/build_bug.h>
+#include <linux/cache.h>
+#include <linux/poll.h>
 #include <linux/if_tun.h>
 #include <linux/if_vlan.h>
-#include <linux/ptr_ring.h>
 #include <linux/net.h>
+#include <linux/ptr_ring.h>
+#include <linux/sched.h>
+#include <linux/skbuff.h>
+#include <linux/uaccess.h>
+#include <linux/vhost.h>
 #include <net/sock.h>
 #include <net/xdp.h>
 #include "vnr_shim.h"
+
+/*
+ * uapi.rs writes the vhost ABI out by hand and asserts the same sizes,
+ * offsets and ioctl numbers on its side; these fail the build if
+ * <linux/vhost.h> ever disagrees with them.
+ */
+static_assert(sizeof(struct vhost_vring_state) == 8);
+static_assert(offsetof(struct vhost_vring_state, num) == 4);
+static_assert(sizeof(struct vhost_vring_file) == 8);
+static_assert(offsetof(struct vhost_vring_file, fd) == 4);
+static_assert(sizeof(struct vhost_vring_addr) == 40);
+static_assert(offsetof(struct vhost_vring_addr, flags) == 4);
+static_assert(offsetof(struct vhost_vring_addr, desc_user_addr) == 8);
+static_assert(offsetof(struct vhost_vring_addr, used_user_addr) == 16);
+static_assert(offsetof(struct vhost_vring_addr, avail_user_addr) == 24);
+static_assert(offsetof(struct vhost_vring_addr, log_guest_addr) == 32);
+static_assert(sizeof(struct vhost_memory) == 8);
+static_assert(offsetof(struct vhost_memory, padding) == 4);
+static_assert(sizeof(struct vhost_memory_region) == 32);
+static_assert(offsetof(struct vhost_memory_region, memory_size) == 8);
+static_assert(offsetof(struct vhost_memory_region, userspace_addr) == 16);
+static_assert(offsetof(struct vhost_memory_region, flags_padding) == 24);
+static_assert(VHOST_GET_FEATURES == 0x8008af00);
+static_assert(VHOST_SET_FEATURES == 0x4008af00);
+static_assert(VHOST_SET_OWNER == 0xaf01);
+static_assert(VHOST_RESET_OWNER == 0xaf02);
+static_assert(VHOST_SET_MEM_TABLE == 0x4008af03);
+static_assert(VHOST_SET_LOG_BASE == 0x4008af04);
+static_assert(VHOST_SET_LOG_FD == 0x4004af07);
+static_assert(VHOST_SET_VRING_NUM == 0x4008af10);
+static_assert(VHOST_SET_VRING_ADDR == 0x4028af11);
+static_assert(VHOST_SET_VRING_BASE == 0x4008af12);
+static_assert(VHOST_GET_VRING_BASE == 0xc008af12);
+static_assert(VHOST_SET_VRING_KICK == 0x4008af20);
+static_assert(VHOST_SET_VRING_CALL == 0x4008af21);
+static_assert(VHOST_SET_VRING_ERR == 0x4008af22);
+static_assert(VHOST_SET_VRING_BUSYLOOP_TIMEOUT == 0x4008af23);
+static_assert(VHOST_GET_VRING_BUSYLOOP_TIMEOUT == 0x4008af24);
+static_assert(VHOST_SET_BACKEND_FEATURES == 0x4008af25);
+static_assert(VHOST_GET_BACKEND_FEATURES == 0x8008af26);
+static_assert(VHOST_NET_SET_BACKEND == 0x4008af30);
+static_assert(VHOST_GET_FEATURES_ARRAY == 0x8008af83);
+static_assert(VHOST_SET_FEATURES_ARRAY == 0x4008af83);
+static_assert(VHOST_SET_FORK_FROM_OWNER == 0x4001af84);
+static_assert(VHOST_GET_FORK_FROM_OWNER == 0x8001af85);
+static_assert(VHOST_FILE_UNBIND == -1);
+static_assert(VHOST_VRING_F_LOG == 0);
+
+/* file_poll.rs spells the poll bits out: bindgen cannot read them. */
+static_assert(EPOLLIN == 0x0001 && EPOLLOUT == 0x0004 && EPOLLERR == 0x0008);
+static_assert(DEFAULT_POLLMASK == (0x0001 | 0x0004 | 0x0040 | 0x0100));
 
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val)
 {
@@ -18,6 +74,11 @@ int vnr_get_user_u16(const u16 __user *uaddr, u16 *val)
 int vnr_put_user_u16(u16 __user *uaddr, u16 val)
 {
 	return put_user(val, uaddr);
+}
+
+void vnr_set_current_running(void)
+{
+	__set_current_state(TASK_RUNNING);
 }
 
 size_t vnr_xdp_buff_size(void)
@@ -30,21 +91,28 @@ unsigned int vnr_xdp_shinfo_size(void)
 	return SKB_DATA_ALIGN(sizeof(struct skb_shared_info));
 }
 
+/* VHOST_NET_RX_PAD */
 unsigned int vnr_xdp_rx_pad(void)
 {
 	return NET_IP_ALIGN + NET_SKB_PAD;
 }
 
-void vnr_xdp_prepare(void *xdp, void *buf, unsigned int buflen, unsigned int pad,
+/* Room an XDP program on the tap may grow the frame into (vhost_sock_xdp). */
+unsigned int vnr_sock_xdp_headroom(struct socket *sock)
+{
+	return sock_flag(sock->sk, SOCK_XDP) ? XDP_PACKET_HEADROOM : 0;
+}
+
+void vnr_xdp_prepare(struct xdp_buff *xdp, void *buf, unsigned int buflen, unsigned int pad,
 		     unsigned int datalen)
 {
 	xdp_init_buff(xdp, buflen, NULL);
 	xdp_prepare_buff(xdp, buf, pad, datalen, true);
 }
 
-void *vnr_xdp_data(void *xdp)
+void *vnr_xdp_data(struct xdp_buff *xdp)
 {
-	return ((struct xdp_buff *)xdp)->data;
+	return xdp->data;
 }
 
 /* tun takes batches when its socket's send buffer is unlimited (its default). */
@@ -53,7 +121,7 @@ bool vnr_sock_can_batch(struct socket *sock)
 	return READ_ONCE(sock->sk->sk_sndbuf) == INT_MAX;
 }
 
-int vnr_tun_send_batch(struct socket *sock, void *xdp, unsigned int n)
+int vnr_tun_send_batch(struct socket *sock, struct xdp_buff *xdp, unsigned int n)
 {
 	struct tun_msg_ctl ctl = { .type = TUN_MSG_PTR, .num = n, .ptr = xdp };
 	struct msghdr msg = {
@@ -72,9 +140,20 @@ struct ptr_ring *vnr_tun_rx_ring(struct file *file)
 	return IS_ERR(r) ? NULL : r;
 }
 
-int vnr_rx_ring_consume(struct ptr_ring *ring, void **q, int n)
+/*
+ * Takes up to n queued packets, and lets a tap stopped by IFF_BACKPRESSURE
+ * queue again once there is room (vhost_net_buf_produce).
+ */
+int vnr_rx_ring_consume(struct file *file, struct ptr_ring *ring, void **q, int n)
 {
-	return ptr_ring_consume_batched(ring, q, n);
+	int got;
+
+	spin_lock(&ring->consumer_lock);
+	got = __ptr_ring_consume_batched(ring, q, n);
+	if (got)
+		tun_wake_queue(file, got);
+	spin_unlock(&ring->consumer_lock);
+	return got;
 }
 
 void vnr_rx_ring_unconsume(struct ptr_ring *ring, void **q, int n)

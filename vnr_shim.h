@@ -1,9 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The C shim of vhost-net-rs: only what Rust cannot express. get_user() and
- * put_user() are macros that compile to one 16-bit load or store with
- * exception-table fixups; the Rust uaccess API copies bytes, which may tear
- * a ring index across a 256 boundary.
+ * The C shim of vhost-net-rs: only what Rust cannot reach. Its Rust mirror
+ * is the one extern "C" block in shim.rs; keep the two in step.
+ *
+ * - get_user() and put_user() are macros that compile to one 16-bit load or
+ *   store with exception-table fixups; the Rust uaccess API copies bytes,
+ *   which may tear a ring index across a 256 boundary.
+ * - __set_current_state() is a macro.
+ * - struct xdp_buff and struct tun_msg_ctl have no Rust bindings, and the
+ *   helpers that fill them are inline: TX batching into tun (TUN_MSG_PTR),
+ *   as drivers/vhost/net.c does it.
+ * - ptr_ring's batched consume and unconsume are inline, and only
+ *   if_tun.h's inlines tell a queued skb from a tagged xdp_frame: RX
+ *   batching from tun's ring, as drivers/vhost/net.c's vhost_net_buf does.
  */
 #ifndef VNR_SHIM_H
 #define VNR_SHIM_H
@@ -11,35 +20,29 @@
 #include <linux/types.h>
 #include <linux/compiler_types.h>
 
+struct file;
+struct socket;
+struct ptr_ring;
+struct xdp_buff;
+
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val);
 int vnr_put_user_u16(u16 __user *uaddr, u16 val);
 
-/*
- * TX batching into tun (TUN_MSG_PTR), as drivers/vhost/net.c does it.
- * struct xdp_buff and struct tun_msg_ctl have no Rust bindings, and the
- * helpers that fill them are inline, so these four wrap exactly that.
- */
-struct socket;
+void vnr_set_current_running(void);
+
 size_t vnr_xdp_buff_size(void);
 unsigned int vnr_xdp_shinfo_size(void);
 unsigned int vnr_xdp_rx_pad(void);
-void vnr_xdp_prepare(void *xdp, void *buf, unsigned int buflen, unsigned int pad,
+unsigned int vnr_sock_xdp_headroom(struct socket *sock);
+void vnr_xdp_prepare(struct xdp_buff *xdp, void *buf, unsigned int buflen, unsigned int pad,
 		     unsigned int datalen);
-void *vnr_xdp_data(void *xdp);
+void *vnr_xdp_data(struct xdp_buff *xdp);
 bool vnr_sock_can_batch(struct socket *sock);
-int vnr_tun_send_batch(struct socket *sock, void *xdp, unsigned int n);
+int vnr_tun_send_batch(struct socket *sock, struct xdp_buff *xdp, unsigned int n);
 
-/*
- * RX batching from tun's ring, as drivers/vhost/net.c's vhost_net_buf does:
- * up to 64 queued packets taken under one lock, then each handed back to
- * tun's recvmsg through msg_control. ptr_ring's batched consume and
- * unconsume are inline, and only if_tun.h's inlines tell a queued skb from
- * a tagged xdp_frame. vnr_tun_rx_ring returns NULL for anything not tun.
- */
-struct file;
-struct ptr_ring;
+/* vnr_tun_rx_ring returns NULL for anything that is not tun. */
 struct ptr_ring *vnr_tun_rx_ring(struct file *file);
-int vnr_rx_ring_consume(struct ptr_ring *ring, void **q, int n);
+int vnr_rx_ring_consume(struct file *file, struct ptr_ring *ring, void **q, int n);
 void vnr_rx_ring_unconsume(struct ptr_ring *ring, void **q, int n);
 int vnr_rx_ptr_len(void *ptr);
 

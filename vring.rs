@@ -74,8 +74,11 @@ pub(crate) enum VringError {
     /// A chain that translates into more than [`MAX_SEGMENTS`] pieces.
     TooManySegments,
     /// A chain with the wrong kind of buffers for this queue (a TX chain
-    /// with writable buffers).
+    /// with writable buffers, an RX chain with readable ones).
     WrongDirection,
+    /// An RX chain with no writable bytes: it cannot hold any part of a
+    /// packet, and must not be counted in `num_buffers`.
+    EmptyRxBuffer,
 }
 
 impl From<MemError> for VringError {
@@ -130,6 +133,13 @@ impl Desc {
     }
 }
 
+/// A used-ring element: the head of a chain and the bytes written to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct UsedElem {
+    pub(crate) head: u16,
+    pub(crate) len: u32,
+}
+
 /// One translated piece of a chain, in the owner's address space.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Iov {
@@ -164,53 +174,95 @@ pub(crate) struct RingFeatures {
 ///
 /// `mask + 1` is a power of two in `1..=32768`; `desc`, `avail` and `used` are the
 /// owner-virtual addresses of the three ring parts, aligned as the spec
-/// requires (checked by `VHOST_SET_VRING_ADDR`).
+/// requires (checked by `VHOST_SET_VRING_ADDR`). `last_avail_idx` only moves
+/// past entries that were parsed without error.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Vring {
     /// `num - 1`: ring positions are indices masked with it.
     mask: u16,
-    pub(crate) desc: u64,
-    pub(crate) avail: u64,
-    pub(crate) used: u64,
-    pub(crate) features: RingFeatures,
+    desc: u64,
+    avail: u64,
+    used: u64,
+    features: RingFeatures,
     /// Next avail entry the device will take.
-    pub(crate) last_avail_idx: u16,
+    last_avail_idx: u16,
     /// The last `avail->idx` read from the guest.
     avail_idx: u16,
     /// Next used entry the device will fill.
-    pub(crate) last_used_idx: u16,
+    last_used_idx: u16,
     /// `used->idx` when the guest was last signalled (event-idx).
     signalled_used: u16,
     signalled_used_valid: bool,
 }
 
+/// Where a ring lives and where it resumes: what `Vring::new` needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RingLayout {
+    /// Entries: a power of two up to 32768.
+    pub(crate) num: u32,
+    pub(crate) desc: u64,
+    pub(crate) avail: u64,
+    pub(crate) used: u64,
+}
+
 impl Vring {
-    /// A ring of `num` entries (a power of two up to 32768) at the given
-    /// owner-virtual addresses, resuming at `base`.
-    pub(crate) fn new(
-        num: u32,
-        desc: u64,
-        avail: u64,
-        used: u64,
+    /// A ring at `layout`, resuming at avail index `base`, with the guest's
+    /// used index at `used_idx` (read when the backend was attached, as
+    /// `vhost_vq_init_access` does). `None` unless `layout.num` is a power of
+    /// two up to 32768.
+    pub(crate) fn resume(
+        layout: RingLayout,
         base: u16,
+        used_idx: u16,
         features: RingFeatures,
     ) -> Option<Self> {
+        let num = layout.num;
         if num == 0 || num > 32768 || !num.is_power_of_two() {
             return None;
         }
         let mask = (num - 1) as u16;
         Some(Vring {
             mask,
-            desc,
-            avail,
-            used,
+            desc: layout.desc,
+            avail: layout.avail,
+            used: layout.used,
             features,
             last_avail_idx: base,
             avail_idx: base,
-            last_used_idx: base,
+            last_used_idx: used_idx,
             signalled_used: 0,
             signalled_used_valid: false,
         })
+    }
+
+    /// Next avail entry the device will take (what `GET_VRING_BASE` reports).
+    pub(crate) fn last_avail_idx(&self) -> u16 {
+        self.last_avail_idx
+    }
+
+    /// Next used entry the device will fill.
+    pub(crate) fn last_used_idx(&self) -> u16 {
+        self.last_used_idx
+    }
+
+    /// Changes the negotiated features of a running ring, as the C driver's
+    /// `SET_FEATURES` does: the next access follows them. A changed
+    /// notification scheme invalidates the event-idx state.
+    pub(crate) fn set_features(&mut self, features: RingFeatures) {
+        if features.event_idx != self.features.event_idx {
+            self.signalled_used_valid = false;
+        }
+        self.features = features;
+    }
+
+    /// The guest address of `used->idx`, read to resume a ring.
+    pub(crate) fn used_idx_addr_of(used: u64) -> u64 {
+        used + 2
+    }
+
+    /// The guest address of `avail->idx`.
+    pub(crate) fn avail_idx_addr_of(avail: u64) -> u64 {
+        avail + 2
     }
 
     fn num64(&self) -> u64 {
@@ -228,7 +280,7 @@ impl Vring {
         self.avail
     }
     fn avail_idx_addr(&self) -> u64 {
-        self.avail + 2
+        Self::avail_idx_addr_of(self.avail)
     }
     fn avail_ring_addr(&self, i: u16) -> u64 {
         self.avail + 4 + 2 * u64::from(i & self.mask)
@@ -240,7 +292,7 @@ impl Vring {
         self.used
     }
     fn used_idx_addr(&self) -> u64 {
-        self.used + 2
+        Self::used_idx_addr_of(self.used)
     }
     fn used_elem_addr(&self, i: u16) -> u64 {
         self.used + 4 + USED_ELEM_SIZE * u64::from(i & self.mask)
@@ -425,12 +477,12 @@ impl Vring {
         Ok(chain)
     }
 
-    /// Adds used elements for `heads` (id, len) and publishes them with one
+    /// Adds used elements for `heads` and publishes them with one
     /// `used->idx` store.
     pub(crate) fn add_used<M: GuestMemory>(
         &mut self,
         mem: &M,
-        heads: &[(u16, u32)],
+        heads: &[UsedElem],
     ) -> Result<(), VringError> {
         // Elements adjacent in the ring go out in one copy, up to
         // USED_CHUNK at a time: one user access per batch instead of one
@@ -442,9 +494,9 @@ impl Vring {
             let n = rest.len().min(USED_CHUNK).min(to_end as usize);
             let mut b = [0u8; USED_CHUNK * USED_ELEM_SIZE as usize];
             let mut at = 0usize;
-            for &(id, len) in &rest[..n] {
-                b[at..at + 4].copy_from_slice(&u32::from(id).to_le_bytes());
-                b[at + 4..at + 8].copy_from_slice(&len.to_le_bytes());
+            for elem in &rest[..n] {
+                b[at..at + 4].copy_from_slice(&u32::from(elem.head).to_le_bytes());
+                b[at + 4..at + 8].copy_from_slice(&elem.len.to_le_bytes());
                 at += USED_ELEM_SIZE as usize;
             }
             mem.write(self.used_elem_addr(idx), &b[..n * USED_ELEM_SIZE as usize])?;
@@ -491,7 +543,10 @@ impl Vring {
 
     /// Asks the guest to kick again (clears `NO_NOTIFY`, or publishes
     /// `avail_event`). Returns true if buffers arrived meanwhile, in which
-    /// case the caller must keep processing.
+    /// case the caller must keep processing, and must charge that retry to
+    /// its weight: a guest that keeps moving `avail->idx` must not keep the
+    /// device looping. The index read is cached and checked like any other,
+    /// so the next [`Vring::pop`] does not read it again.
     pub(crate) fn enable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
         if self.features.event_idx {
             mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
@@ -501,8 +556,7 @@ impl Vring {
         // The store above must be visible before we look at avail->idx, or a
         // kick could be lost.
         mem.mb();
-        let idx = mem.read_u16(self.avail_idx_addr())?;
-        Ok(idx != self.avail_idx)
+        Ok(self.refresh_avail(mem)? != 0)
     }
 
     /// Asks the guest not to kick while the device is polling the ring.

@@ -47,3 +47,77 @@ vnr_require_kdir() {
 	[ -f "$KDIR/Module.symvers" ] || die "$KDIR is not a built kernel tree (no Module.symvers)"
 	export KDIR
 }
+
+# vnr_loaded MODULE: whether MODULE (its name, vhost_net_rs) is loaded.
+vnr_loaded() { grep -q "^$1 " /proc/modules 2>/dev/null; }
+
+# vnr_wait_node DEV: waits up to 5 s for the character device DEV; devtmpfs
+# creates a misc device's node asynchronously after insmod.
+vnr_wait_node() {
+	local _
+	for _ in $(seq 50); do
+		[ -c "$1" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# vnr_load: loads vhost-net-rs from this tree (unless it is loaded) and the C
+# vhost_net next to it, for the scripts that compare the two. In the test VM
+# the C driver comes from the test kernel's tree (selftests/load-c-vhost)
+# and must load; on a host it is modprobe'd, and the C paths are skipped
+# without it.
+vnr_load() {
+	vnr_loaded vhost_net_rs || insmod "$VNR_ROOT/vhost-net-rs.ko" || die "insmod vhost-net-rs.ko failed"
+	vnr_wait_node /dev/vhost-net-rs || die "no /dev/vhost-net-rs after loading the module"
+	if [ -n "${VNR_IN_VM:-}" ]; then
+		"$VNR_ROOT/selftests/load-c-vhost" || die "loading the C vhost_net failed"
+	else
+		modprobe vhost_net 2>/dev/null || say "note: no C vhost_net module; its paths will be skipped"
+	fi
+}
+
+# The start of a scripts/vm command that loads both drivers in the test VM
+# (it runs in the repo directory): "$VNR_VM_LOAD && scripts/...".
+# shellcheck disable=SC2034  # used by the scripts that source this file
+VNR_VM_LOAD='. scripts/lib.sh && vnr_load'
+
+# vnr_build_load host|vm [--selftests]: the build and load step of the
+# scripts that run the module (bench, demo, nicbench, pingbench, soak).
+#   host  this machine's own kernel: builds the module against
+#         /lib/modules/$(uname -r)/build and loads it and vhost_net here
+#         (vnr_load). Needs root.
+#   vm    the test VM: runs scripts/setup and builds the module against the
+#         test kernel (sets KDIR). The VM command loads: $VNR_VM_LOAD.
+# --selftests also builds selftests/build/*, against the test kernel's
+# headers in both modes (the kselftest harness and uapi headers come from
+# its tree).
+vnr_build_load() {
+	local mode=$1 tests=0 kb tk
+	[ "${2:-}" = --selftests ] && tests=1
+	case "$mode" in
+	host)
+		[ "$(id -u)" = 0 ] || die "run as root (it loads modules)"
+		kb=/lib/modules/$(uname -r)/build
+		[ -d "$kb" ] || die "no kernel build tree at $kb (install your kernel's headers)"
+		make -s -C "$VNR_ROOT" KDIR="$kb" >/dev/null || die "building the module against $kb failed"
+		;;
+	vm)
+		"$VNR_ROOT/scripts/setup" || die "scripts/setup failed"
+		vnr_require_kdir
+		make -s -C "$VNR_ROOT" KDIR="$KDIR" >/dev/null || die "building the module against $KDIR failed"
+		;;
+	*) die "vnr_build_load: unknown mode '$mode' (host or vm)" ;;
+	esac
+	if [ $tests = 1 ]; then
+		tk=${KDIR:-$(vnr_kdir)} || die "the selftests need the test kernel's tree: run scripts/setup"
+		make -s -C "$VNR_ROOT/selftests" KDIR="$tk" >/dev/null || die "building the selftests failed"
+	fi
+	[ "$mode" = vm ] || vnr_load
+}
+
+# vnr_dmesg_bad: prints the kernel log's BUG, WARNING, Oops, KASAN and
+# lockdep reports; fails when there are none.
+vnr_dmesg_bad() {
+	dmesg | grep -E 'BUG:|WARNING:|Oops|KASAN|possible recursive locking|circular locking|sleeping function called from invalid context|Call Trace'
+}

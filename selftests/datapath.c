@@ -18,198 +18,13 @@
 
 #define WAIT_MS 10000
 
-/* Puts one frame (seq, len) in the TX ring as header + frame, in one or two
- * descriptors, optionally through an indirect table. */
-static void tx_post(struct h_dev *d, uint16_t slot, uint32_t seq, size_t len, int layout)
-{
-	struct h_vq *v = &d->vq[1];
-	uint16_t head = slot % v->num;
-	uint64_t buf = h_buf(d, 1, head);
-	uint8_t *p = h_ptr(d, buf);
-	struct vring_desc *desc = v->vr.desc;
-
-	memset(p, 0, d->hdr_len);
-	h_frame(p + d->hdr_len, seq, len);
-	if (layout == 0) {		/* any layout: header and frame together */
-		desc[head] = (struct vring_desc){ buf, d->hdr_len + len, 0, 0 };
-	} else {			/* header in its own descriptor, via an
-					 * indirect table at the end of the slot */
-		struct vring_desc *t = h_ptr(d, buf + v->buf_size - 64);
-
-		t[0] = (struct vring_desc){ buf, d->hdr_len, VRING_DESC_F_NEXT, 1 };
-		t[1] = (struct vring_desc){ buf + d->hdr_len, len, 0, 0 };
-		desc[head] = (struct vring_desc){ h_gpa(d, t), 32, VRING_DESC_F_INDIRECT, 0 };
-	}
-	h_publish(d, 1, head);
-}
-
-/* Reads one frame from the packet socket into buf; returns its length or
- * -ETIMEDOUT. */
-static ssize_t pkt_recv(struct h_dev *d, uint8_t *buf, size_t cap, int timeout_ms)
-{
-	struct pollfd p = { .fd = d->pkt, .events = POLLIN };
-	ssize_t n;
-
-	for (;;) {
-		n = recv(d->pkt, buf, cap, MSG_TRUNC);
-		if (n >= 0)
-			return n;
-		if (errno != EAGAIN)
-			return -errno;
-		if (poll(&p, 1, timeout_ms) != 1)
-			return -ETIMEDOUT;
-	}
-}
-
-/* Guest TX of `count` frames of `len` bytes; checks each on the packet
- * socket and each used entry. Returns 0 or a negative code. */
-static int run_tx(struct __test_metadata *_metadata, struct h_dev *d, uint32_t count, size_t len,
-		  int layout)
-{
-	struct h_vq *v = &d->vq[1];
-	uint8_t buf[70000];
-	uint32_t sent = 0, got = 0, window = v->num < 64 ? v->num : 64;
-
-	while (got < count) {
-		uint32_t burst = 0;
-
-		while (sent < count && sent - got < window) {
-			tx_post(d, (uint16_t)(v->avail_idx), sent, len, layout);
-			sent++;
-			burst++;
-		}
-		if (burst)
-			h_kick(d, 1);
-		while (got < sent) {
-			ssize_t n = pkt_recv(d, buf, sizeof(buf), WAIT_MS);
-
-			if (n < 0) {
-				TH_LOG("tx: frame %u of %u not seen on the tap (%zd)", got, count, n);
-				return -1;
-			}
-			if (h_check_frame(buf, n, len) != got) {
-				TH_LOG("tx: frame %u corrupt or out of order (len %zd)", got, n);
-				return -1;
-			}
-			got++;
-		}
-		if (h_wait_used(d, 1, (uint16_t)(v->avail_idx - v->used_seen), WAIT_MS)) {
-			TH_LOG("tx: used ring not updated (%u pending of %u)", h_used_pending(d, 1),
-			       (uint16_t)(v->avail_idx - v->used_seen));
-			return -1;
-		}
-		while (h_used_pending(d, 1))
-			h_take_used(d, 1);
-	}
-	return 0;
-}
-
-/* Posts RX buffers so that `n` descriptors are available. */
-static void rx_fill(struct h_dev *d, unsigned int n)
-{
-	struct h_vq *v = &d->vq[0];
-	unsigned int i;
-
-	for (i = 0; i < n; i++) {
-		uint16_t head = v->avail_idx % v->num;
-
-		v->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), v->buf_size, VRING_DESC_F_WRITE, 0 };
-		h_publish(d, 0, head);
-	}
-	h_kick(d, 0);
-}
-
-/* Takes one received packet off the RX ring: its first used element and,
- * with mergeable buffers, the num_buffers - 1 that follow, copied into buf
- * (header included). Returns its length and sets *nb, or -1. */
-static ssize_t rx_take(struct __test_metadata *_metadata, struct h_dev *d, uint8_t *buf, size_t cap,
-		       uint16_t *nb)
-{
-	struct h_vq *v = &d->vq[0];
-	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
-	uint16_t k, n = 1;
-	size_t off = 0;
-
-	for (k = 0; k < n; k++) {
-		struct vring_used_elem e;
-
-		if (h_wait_used(d, 0, 1, WAIT_MS)) {
-			TH_LOG("rx: buffer %u of %u of a packet never reached the ring", k, n);
-			return -1;
-		}
-		e = h_take_used(d, 0);
-		if (e.id >= v->num || e.len > v->buf_size || off + e.len > cap) {
-			TH_LOG("rx: bad used element %u/%u", e.id, e.len);
-			return -1;
-		}
-		if (k == 0 && mrg) {
-			memcpy(&n, (uint8_t *)h_ptr(d, h_buf(d, 0, e.id)) + 10, 2);
-			if (n == 0 || n > v->num) {
-				TH_LOG("rx: bad num_buffers %u", n);
-				return -1;
-			}
-		}
-		memcpy(buf + off, h_ptr(d, h_buf(d, 0, e.id)), e.len);
-		off += e.len;
-	}
-	*nb = n;
-	return off;
-}
-
-/* Guest RX of `count` frames of `len` bytes, sent through the packet socket
- * in windows, each read back from the RX ring and checked. */
-static int run_rx(struct __test_metadata *_metadata, struct h_dev *d, uint32_t count, size_t len)
-{
-	struct h_vq *v = &d->vq[0];
-	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
-	uint8_t frame[70000], got_buf[70000];
-	uint32_t sent = 0, got = 0, window = v->num < 32 ? v->num / 2 : 32;
-	unsigned int per = mrg ? (d->hdr_len + len + v->buf_size - 1) / v->buf_size : 1;
-
-	if (!window)
-		window = 1;
-	if (window * per > v->num)
-		window = v->num / per ? v->num / per : 1;
-	rx_fill(d, v->num);
-	while (got < count) {
-		uint32_t w = 0;
-
-		while (sent < count && w < window) {
-			h_frame(frame, sent, len);
-			if (send(d->pkt, frame, len, 0) != (ssize_t)len) {
-				TH_LOG("rx: send: %s", strerror(errno));
-				return -1;
-			}
-			sent++;
-			w++;
-		}
-		while (got < sent) {
-			uint16_t nb;
-			ssize_t off = rx_take(_metadata, d, got_buf, sizeof(got_buf), &nb);
-
-			if (off < 0) {
-				TH_LOG("rx: frame %u of %u not received", got, count);
-				return -1;
-			}
-			if (off < d->hdr_len ||
-			    h_check_frame(got_buf + d->hdr_len, off - d->hdr_len, len) != got) {
-				TH_LOG("rx: frame %u corrupt: %zd bytes, num_buffers %u", got, off, nb);
-				return -1;
-			}
-			got++;
-			rx_fill(d, nb);
-		}
-	}
-	return 0;
-}
-
 /* Posts buffers, then reads `count` frames of `len` bytes (seq 0..count-1)
  * that were sent before any buffer existed. */
 static int run_rx_posted(struct __test_metadata *_metadata, struct h_dev *d, uint32_t count, size_t len)
 {
 	uint32_t got;
 
-	rx_fill(d, d->vq[0].num);
+	h_rx_fill(d, d->vq[0].num);
 	for (got = 0; got < count; got++) {
 		struct vring_used_elem e;
 		uint8_t *hdr;
@@ -239,7 +54,7 @@ TEST(tx_single)
 	struct h_opts o = base_opts;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	EXPECT_EQ(0, run_tx(_metadata, &d, 1, 60, 0));
+	EXPECT_EQ(0, h_run_tx(&d, 1, 60, 0));
 	h_teardown(&d);
 }
 
@@ -249,7 +64,7 @@ TEST(rx_single)
 	struct h_opts o = base_opts;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	EXPECT_EQ(0, run_rx(_metadata, &d, 1, 60));
+	EXPECT_EQ(0, h_run_rx(&d, 1, 60));
 	h_teardown(&d);
 }
 
@@ -260,8 +75,8 @@ TEST(bulk_100k_each_way)
 	int n = getenv("VNR_BULK") ? atoi(getenv("VNR_BULK")) : 100000;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	EXPECT_EQ(0, run_tx(_metadata, &d, n, 128, 0));
-	EXPECT_EQ(0, run_rx(_metadata, &d, n, 128));
+	EXPECT_EQ(0, h_run_tx(&d, n, 128, 0));
+	EXPECT_EQ(0, h_run_rx(&d, n, 128));
 	h_teardown(&d);
 }
 
@@ -273,8 +88,8 @@ TEST(index_wraps_past_65535)
 	o.base = 65500;
 	o.num = 64;
 	ASSERT_EQ(0, h_setup(&d, &o));
-	EXPECT_EQ(0, run_tx(_metadata, &d, 300, 100, 0));
-	EXPECT_EQ(0, run_rx(_metadata, &d, 300, 100));
+	EXPECT_EQ(0, h_run_tx(&d, 300, 100, 0));
+	EXPECT_EQ(0, h_run_rx(&d, 300, 100));
 	h_teardown(&d);
 }
 
@@ -296,9 +111,9 @@ TEST(every_feature_combination)
 		o.rx_buf = o.mrg_rxbuf ? 512 : 2048;
 		r = h_setup(&d, &o);
 		if (!r)
-			r = run_tx(_metadata, &d, 150, 700, o.indirect ? combo % 2 : 0);
+			r = h_run_tx(&d, 150, 700, o.indirect ? combo % 2 : 0);
 		if (!r)
-			r = run_rx(_metadata, &d, 150, 1400);
+			r = h_run_rx(&d, 150, 1400);
 		if (r) {
 			TH_LOG("combo %#x (event_idx %d indirect %d mrg %d v1 %d vhost_hdr %d) failed: %d",
 			       combo, o.event_idx, o.indirect, o.mrg_rxbuf, o.version_1, o.vhost_hdr, r);
@@ -319,22 +134,22 @@ TEST(stop_and_restart_mid_stream)
 	ssize_t n;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	ASSERT_EQ(0, run_tx(_metadata, &d, 100, 80, 0));
+	ASSERT_EQ(0, h_run_tx(&d, 100, 80, 0));
 	/* QEMU's stop: detach, read the base. */
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_GET_VRING_BASE, &s));
 	EXPECT_EQ(d.vq[1].avail_idx, s.num);
 	/* A frame posted while stopped must not go out... */
-	tx_post(&d, d.vq[1].avail_idx, 100, 80, 0);
+	h_tx_post(&d, d.vq[1].avail_idx, 100, 80, 0);
 	h_kick(&d, 1);
-	EXPECT_EQ(-ETIMEDOUT, pkt_recv(&d, buf, sizeof(buf), 300));
+	EXPECT_EQ(-ETIMEDOUT, h_pkt_recv(&d, buf, sizeof(buf), 300));
 	/* ...and goes out exactly once after the restart. */
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_BASE, &s));
 	b.fd = d.tap;
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
-	n = pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
+	n = h_pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
 	EXPECT_EQ(100, h_check_frame(buf, n, 80));
-	EXPECT_EQ(-ETIMEDOUT, pkt_recv(&d, buf, sizeof(buf), 300));
+	EXPECT_EQ(-ETIMEDOUT, h_pkt_recv(&d, buf, sizeof(buf), 300));
 	h_teardown(&d);
 }
 
@@ -346,7 +161,7 @@ TEST(backend_detach_stops_traffic)
 	uint8_t frame[128];
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	ASSERT_EQ(0, run_rx(_metadata, &d, 10, 100));
+	ASSERT_EQ(0, h_run_rx(&d, 10, 100));
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
 	h_frame(frame, 1, 100);
 	ASSERT_EQ(100, send(d.pkt, frame, 100, 0));
@@ -405,7 +220,7 @@ TEST(backend_must_be_a_tap)
 	/* The real tap still works after all that. */
 	b.fd = d.tap;
 	EXPECT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
-	EXPECT_EQ(0, run_tx(_metadata, &d, 10, 64, 0));
+	EXPECT_EQ(0, h_run_tx(&d, 10, 64, 0));
 	close(p[0]); close(p[1]); close(u[0]); close(u[1]);
 	h_teardown(&d);
 }
@@ -546,7 +361,7 @@ static int gso_rx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
 	struct h_vq *v = &d->vq[0];
 	uint32_t seq;
 
-	rx_fill(d, v->num);
+	h_rx_fill(d, v->num);
 	for (seq = 0; seq < count; seq++) {
 		struct iovec io[2] = { { (void *)&h_gso_hdr, sizeof(h_gso_hdr) }, { frame, H_GSO_LEN } };
 		struct msghdr mh = { .msg_iov = io, .msg_iovlen = 2 };
@@ -558,7 +373,7 @@ static int gso_rx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
 			TH_LOG("gso rx: sendmsg: %s", strerror(errno));
 			return -1;
 		}
-		off = rx_take(_metadata, d, got, sizeof(got), &nb);
+		off = h_rx_take(d, got, sizeof(got), &nb);
 		if (off < 0) {
 			TH_LOG("gso rx: frame %u not received (drops %llu)", seq,
 			       (unsigned long long)h_fdinfo_u64(d, "vq0:", "drops="));
@@ -575,7 +390,7 @@ static int gso_rx(struct __test_metadata *_metadata, struct h_dev *d, int s, uin
 			TH_LOG("gso rx: frame %u corrupt", seq);
 			return -1;
 		}
-		rx_fill(d, nb);
+		h_rx_fill(d, nb);
 	}
 	return 0;
 }
@@ -620,7 +435,7 @@ TEST(counters_show_the_traffic)
 	int f;
 
 	ASSERT_EQ(0, h_setup(&d, &o));
-	ASSERT_EQ(0, run_tx(_metadata, &d, 77, 100, 0));
+	ASSERT_EQ(0, h_run_tx(&d, 77, 100, 0));
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d.fd);
 	f = open(path, O_RDONLY);
 	ASSERT_LE(0, f);

@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# e2e.sh: a real QEMU guest on vhost-net-rs, end to end. TAP output.
+# e2e.sh: a real QEMU guest on vhost-net-rs, end to end. KTAP output.
 #
 # Runs in the test VM after module.sh (the module is loaded). Boots the tiny
 # guest from scripts/setup with
@@ -15,14 +15,14 @@
 # VNR_E2E_VARIANTS=0, the four guest feature variants: six more boots.
 # VNR_E2E_FLOOD (default 2000) sets the flood size.
 cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=../scripts/lib.sh
 . scripts/lib.sh
+# shellcheck source=../scripts/guest.sh
 . scripts/guest.sh
+# shellcheck source=ktap.sh
+. selftests/ktap.sh
 FLOOD=${VNR_E2E_FLOOD:-2000}
 FULL=$([ "${VNR_E2E:-fast}" = full ] && echo 1 || echo 0)
-n=0 fails=0
-ok()     { n=$((n + 1)); echo "ok $n $1${2:+ # $2}"; }
-not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n $1"; shift; for l in "$@"; do echo "# $l"; done; }
-skip()   { n=$((n + 1)); echo "ok $n $1 # SKIP $2"; }
 slab_kb() { awk '/^Slab:/ {print $2}' /proc/meminfo; }
 trap 'g_stop; g_tap_down' EXIT
 
@@ -40,59 +40,57 @@ kill9_check() {
 	if rmmod vhost_net_rs; then
 		sync; echo 3 >/proc/sys/vm/drop_caches; sleep 1; s1=$(slab_kb)
 		# A leaked device, its queues and its scratch buffers are ~100 KiB.
-		if [ $((s1 - s0)) -lt 512 ]; then ok "kill_9_mid_flood_then_unload" "slab ${s0} -> ${s1} kB"
-		else not_ok "kill_9_mid_flood_then_unload" "slab grew ${s0} -> ${s1} kB"; fi
+		if [ $((s1 - s0)) -lt 512 ]; then vnr_pass "kill_9_mid_flood_then_unload" "slab ${s0} -> ${s1} kB"
+		else vnr_fail "kill_9_mid_flood_then_unload" "slab grew ${s0} -> ${s1} kB"; fi
 		insmod vhost-net-rs.ko
 	else
-		not_ok "kill_9_mid_flood_then_unload" "rmmod failed after QEMU was killed"
+		vnr_fail "kill_9_mid_flood_then_unload" "rmmod failed after QEMU was killed"
 	fi
 }
 
-echo "TAP version 13"
-grep -q '^vhost_net_rs ' /proc/modules || insmod vhost-net-rs.ko
+vnr_ktap_start
+vnr_loaded vhost_net_rs || insmod vhost-net-rs.ko
 selftests/load-c-vhost >/dev/null 2>&1 || true
-g_tap_up || { not_ok tap_setup "could not create $G_TAP"; exit 1; }
+g_tap_up || { vnr_fail tap_setup "could not create $G_TAP"; vnr_ktap_finish; }
 
 # --- boot on vhost-net-rs -------------------------------------------------------
 g_start rs
 if t=$(g_wait); then
-	ok "guest_boots_on_vhost_net_rs" "reachable after ${t}s"
+	vnr_pass "guest_boots_on_vhost_net_rs" "reachable after ${t}s"
 else
-	not_ok "guest_boots_on_vhost_net_rs" "$(tail -n 3 "$G_LOG" 2>/dev/null)" "$(cat "$G_LOG.qemu" 2>/dev/null)"
-	echo "1..$n"; exit 1
+	vnr_fail "guest_boots_on_vhost_net_rs" "$(tail -n 3 "$G_LOG" 2>/dev/null)" "$(cat "$G_LOG.qemu" 2>/dev/null)"
+	vnr_ktap_finish
 fi
 
 r=$(g_ping -c 200 -i 0.05 -W 2)
-read -r tx rx loss _ <<<"$r"
-if [ "$tx" = 200 ] && [ "$rx" = 200 ]; then ok "ping_200_no_loss" "$r"; else not_ok "ping_200_no_loss" "$r"; fi
+read -r tx rx _ <<<"$r"
+if [ "$tx" = 200 ] && [ "$rx" = 200 ]; then vnr_pass "ping_200_no_loss" "$r"; else vnr_fail "ping_200_no_loss" "$r"; fi
 
 before_tx=$(g_vq_packets 1) before_rx=$(g_vq_packets 0)
 r=$(g_ping -f -c "$FLOOD" -W 2)
 read -r tx rx rs_loss _ <<<"$r"
-if [ "$tx" = "$FLOOD" ] && [ "${rx:-0}" -gt 0 ]; then ok "flood_${FLOOD}_completes" "$r"; else not_ok "flood_${FLOOD}_completes" "$r"; fi
+if [ "$tx" = "$FLOOD" ] && [ "${rx:-0}" -gt 0 ]; then vnr_pass "flood_${FLOOD}_completes" "$r"; else vnr_fail "flood_${FLOOD}_completes" "$r"; fi
 
 # Echo requests go host -> guest through vq 0 (RX); replies come back through
 # vq 1 (TX). Both counters must have moved by at least what ping saw.
 after_tx=$(g_vq_packets 1) after_rx=$(g_vq_packets 0)
-dtx=$(( ${after_tx:-0} - ${before_tx:-0} )) drx=$(( ${after_rx:-0} - ${before_rx:-0} ))
+dtx=$((${after_tx:-0} - ${before_tx:-0})) drx=$((${after_rx:-0} - ${before_rx:-0}))
 if [ "$drx" -ge "${rx:-1}" ] && [ "$dtx" -ge "${rx:-1}" ]; then
-	ok "counters_prove_vhost_net_rs_carried_them" "vq0 +$drx vq1 +$dtx for $rx replies"
+	vnr_pass "counters_prove_vhost_net_rs_carried_them" "vq0 +$drx vq1 +$dtx for $rx replies"
 else
-	not_ok "counters_prove_vhost_net_rs_carried_them" "vq0 +$drx vq1 +$dtx for $rx replies" "$(g_fdinfo)"
+	vnr_fail "counters_prove_vhost_net_rs_carried_them" "vq0 +$drx vq1 +$dtx for $rx replies" "$(g_fdinfo)"
 fi
 
-if [ $FULL = 0 ]; then
+if [ "$FULL" = 0 ]; then
 	# Fast mode: reuse this guest for the kill -9 check.
 	kill9_check
-	skip "clean_quit_c_comparison_and_variants" "VNR_E2E=full (make check-e2e)"
-	echo "1..$n"
-	[ $fails = 0 ]
-	exit
+	vnr_skip "clean_quit_c_comparison_and_variants" "needs VNR_E2E=full (make check-e2e)"
+	vnr_ktap_finish
 fi
 
 # Clean quit: QEMU closes the fd, the module must be unloadable again.
 g_stop
-if rmmod vhost_net_rs && insmod vhost-net-rs.ko; then ok "unload_after_clean_quit"; else not_ok "unload_after_clean_quit" "rmmod failed"; fi
+if rmmod vhost_net_rs && insmod vhost-net-rs.ko; then vnr_pass "unload_after_clean_quit"; else vnr_fail "unload_after_clean_quit" "rmmod failed"; fi
 
 # --- the C driver, same flood, for the loss comparison --------------------------
 if [ -c /dev/vhost-net ]; then
@@ -101,14 +99,14 @@ if [ -c /dev/vhost-net ]; then
 		r=$(g_ping -f -c "$FLOOD" -W 2)
 		read -r _ _ c_loss _ <<<"$r"
 		d=$(awk -v a="${rs_loss:-100}" -v b="${c_loss:-0}" 'BEGIN { d = a - b; print (d <= 2) ? "ok" : "bad" }')
-		if [ "$d" = ok ]; then ok "flood_loss_within_2pp_of_c" "rs ${rs_loss}% c ${c_loss}%"
-		else not_ok "flood_loss_within_2pp_of_c" "rs ${rs_loss}% c ${c_loss}%"; fi
+		if [ "$d" = ok ]; then vnr_pass "flood_loss_within_2pp_of_c" "rs ${rs_loss}% c ${c_loss}%"
+		else vnr_fail "flood_loss_within_2pp_of_c" "rs ${rs_loss}% c ${c_loss}%"; fi
 	else
-		not_ok "flood_loss_within_2pp_of_c" "the C-driver guest did not boot"
+		vnr_fail "flood_loss_within_2pp_of_c" "the C-driver guest did not boot"
 	fi
 	g_stop
 else
-	skip "flood_loss_within_2pp_of_c" "no /dev/vhost-net"
+	vnr_skip "flood_loss_within_2pp_of_c" "no /dev/vhost-net"
 fi
 
 # --- guest-side feature variants --------------------------------------------------
@@ -116,18 +114,17 @@ if [ "${VNR_E2E_VARIANTS:-1}" = 1 ]; then
 	for v in mrg_rxbuf=off event_idx=off indirect_desc=off csum=off,gso=off; do
 		name="flood_variant_${v//[=,]/_}"
 		g_start rs "$v"
-		if ! g_wait >/dev/null; then not_ok "$name" "guest did not boot"; g_stop; continue; fi
+		if ! g_wait >/dev/null; then vnr_fail "$name" "guest did not boot"; g_stop; continue; fi
 		r=$(g_ping -f -c "$FLOOD" -W 2)
 		read -r tx rx _ <<<"$r"
-		if [ "$tx" = "$FLOOD" ] && [ "${rx:-0}" -gt $((FLOOD / 2)) ]; then ok "$name" "$r"; else not_ok "$name" "$r"; fi
+		if [ "$tx" = "$FLOOD" ] && [ "${rx:-0}" -gt $((FLOOD / 2)) ]; then vnr_pass "$name" "$r"; else vnr_fail "$name" "$r"; fi
 		g_stop
 	done
 else
-	skip "flood_variants" "VNR_E2E_VARIANTS=0"
+	vnr_skip "flood_variants" "VNR_E2E_VARIANTS=0"
 fi
 
 # --- kill -9 of QEMU mid-flood: nothing leaks, the module unloads ----------------
 g_start rs
-if g_wait >/dev/null; then kill9_check; else not_ok "kill_9_mid_flood_then_unload" "guest did not boot"; fi
-echo "1..$n"
-[ $fails = 0 ]
+if g_wait >/dev/null; then kill9_check; else vnr_fail "kill_9_mid_flood_then_unload" "guest did not boot"; fi
+vnr_ktap_finish

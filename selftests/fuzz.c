@@ -186,7 +186,7 @@ static void *ioctl_thread(void *arg)
 	uint64_t s = f->seed;
 
 	for (k = 0; k < n; k++) {
-		const char *dev = getenv("VNR_DEV") ? getenv("VNR_DEV") : "/dev/vhost-net-rs";
+		const char *dev = h_dev_path();
 		int fd = open(dev, O_RDWR), i, len = 1 + rnd(&s) % 40;
 
 		if (fd < 0)

@@ -8,8 +8,10 @@
  * reading frames off the packet socket, and guest RX by injecting frames
  * through it.
  *
- * Used by datapath.c (and the benchmark). Everything fails loudly: each
- * helper returns -errno or a negative code and the tests assert on it.
+ * Used by every selftest and the benchmark: anything two of them need lives
+ * here, once. Everything fails loudly: each helper returns -errno or a
+ * negative code (traffic helpers log why with H_LOG) and the tests assert
+ * on it.
  */
 #ifndef VNR_HARNESS_H
 #define VNR_HARNESS_H
@@ -18,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,9 +35,15 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/if_link.h>
 #include <linux/if_packet.h>
 #include <linux/if_tun.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <linux/vhost.h>
 #include <linux/virtio_net.h>
 #include <linux/virtio_ring.h>
@@ -44,6 +54,11 @@
 #define H_BUF_OFF	(16UL << 20)			/* buffers after that */
 #define H_ETH_TYPE	0x88b5				/* local experimental */
 #define H_MAX_NUM	32768
+#define H_WAIT_MS	10000				/* default bounded wait */
+
+/* A diagnostic line in the TAP output, for helpers that have no test
+ * metadata to hand to TH_LOG. */
+#define H_LOG(fmt, ...)	fprintf(stderr, "# " fmt "\n", ##__VA_ARGS__)
 
 struct h_vq {
 	unsigned int num;
@@ -74,6 +89,8 @@ struct h_opts {
 	uint32_t tx_buf;	/* TX buffer size (default 2048) */
 	uint16_t base;		/* initial ring index */
 	int tap_offload;	/* TUNSETOFFLOAD flags, -1: leave */
+	int tap_flags;		/* extra TUNSETIFF flags (IFF_BACKPRESSURE, ...) */
+	bool shared_mem;	/* guest memory MAP_SHARED, so h_mem_alias works */
 };
 
 static inline uint64_t h_now_ns(void)
@@ -99,7 +116,23 @@ static inline int h_ioctl(int fd, unsigned long cmd, void *arg)
 	return ioctl(fd, cmd, arg) < 0 ? -errno : 0;
 }
 
-static inline int h_tap_open(struct h_dev *d, bool vnet_hdr, int offload)
+/* The device node under test: $VNR_DEV, or /dev/vhost-net-rs. */
+static inline const char *h_dev_path(void)
+{
+	const char *p = getenv("VNR_DEV");
+
+	return p ? p : "/dev/vhost-net-rs";
+}
+
+/* Whether the tests run on the C driver (VNR_DEV=/dev/vhost-net), for the
+ * few cases that check what only vhost-net-rs has (fdinfo, its feature set). */
+static inline bool h_on_c_driver(void)
+{
+	return strcmp(h_dev_path(), "/dev/vhost-net") == 0;
+}
+
+/* Opens a tap (up, named vnrPID.N) for d, with `extra` TUNSETIFF flags. */
+static inline int h_tap_open_flags(struct h_dev *d, bool vnet_hdr, int offload, int extra)
 {
 	struct ifreq ifr = { 0 };
 	int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK), s, r;
@@ -107,7 +140,7 @@ static inline int h_tap_open(struct h_dev *d, bool vnet_hdr, int offload)
 
 	if (fd < 0)
 		return -errno;
-	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0) | extra;
 	snprintf(ifr.ifr_name, IFNAMSIZ, "vnr%d.%d", getpid() % 10000, seq++);
 	if (ioctl(fd, TUNSETIFF, &ifr) < 0)
 		goto err;
@@ -137,6 +170,11 @@ err:
 	r = -errno;
 	close(fd);
 	return r;
+}
+
+static inline int h_tap_open(struct h_dev *d, bool vnet_hdr, int offload)
+{
+	return h_tap_open_flags(d, vnet_hdr, offload, 0);
 }
 
 /* An AF_PACKET socket on d's tap for ethertype `proto`, that does not see
@@ -205,7 +243,7 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o);
 
 static inline int h_attach(struct h_dev *d, const struct h_opts *o)
 {
-	const char *dev = o->dev ? o->dev : (getenv("VNR_DEV") ? getenv("VNR_DEV") : "/dev/vhost-net-rs");
+	const char *dev = o->dev ? o->dev : h_dev_path();
 
 	d->fd = open(dev, O_RDWR);
 	if (d->fd < 0)
@@ -213,10 +251,53 @@ static inline int h_attach(struct h_dev *d, const struct h_opts *o)
 	return h_configure(d, o);
 }
 
+/* VHOST_SET_MEM_TABLE with the n regions r, in that order: 0 or -errno. */
+static inline int h_set_mem_table(int fd, const struct vhost_memory_region *r, unsigned int n)
+{
+	struct vhost_memory *m = calloc(1, sizeof(*m) + (size_t)n * sizeof(*r));
+	int ret;
+
+	if (!m)
+		return -ENOMEM;
+	m->nregions = n;
+	if (n)
+		memcpy(m->regions, r, (size_t)n * sizeof(*r));
+	ret = h_ioctl(fd, VHOST_SET_MEM_TABLE, m);
+	free(m);
+	return ret;
+}
+
+/* All of guest memory as one region: gpa 0 at d->mem. */
+static inline int h_set_mem_flat(struct h_dev *d)
+{
+	struct vhost_memory_region r = { .guest_phys_addr = 0, .memory_size = H_MEM_SIZE,
+					 .userspace_addr = (uint64_t)(uintptr_t)d->mem };
+
+	return h_set_mem_table(d->fd, &r, 1);
+}
+
+/* A second mapping of the guest memory [gpa, gpa + len), for memory tables
+ * whose regions are not where d->mem has them: the user address of gpa in
+ * the new mapping (same offset in its page as gpa), or NULL. Needs
+ * h_opts.shared_mem. Undo with h_mem_unalias(). */
+static inline uint8_t *h_mem_alias(struct h_dev *d, uint64_t gpa, uint64_t len)
+{
+	uint64_t lo = gpa & ~4095ULL, hi = (gpa + len + 4095) & ~4095ULL;
+	void *p = mremap(d->mem + lo, 0, hi - lo, MREMAP_MAYMOVE);
+
+	return p == MAP_FAILED ? NULL : (uint8_t *)p + (gpa - lo);
+}
+
+static inline void h_mem_unalias(uint8_t *p, uint64_t len)
+{
+	uintptr_t lo = (uintptr_t)p & ~4095UL, hi = ((uintptr_t)p + len + 4095) & ~4095UL;
+
+	munmap((void *)lo, hi - lo);
+}
+
 /* h_attach on an open device fd without an owner. */
 static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 {
-	struct { struct vhost_memory h; struct vhost_memory_region r[1]; } m = { 0 };
 	uint64_t f = d->features;
 	int q, r;
 
@@ -224,11 +305,7 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 		return r;
 	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
 		return r;
-	m.h.nregions = 1;
-	m.r[0].guest_phys_addr = 0;
-	m.r[0].memory_size = H_MEM_SIZE;
-	m.r[0].userspace_addr = (uint64_t)(uintptr_t)d->mem;
-	if ((r = h_ioctl(d->fd, VHOST_SET_MEM_TABLE, &m)))
+	if ((r = h_set_mem_flat(d)))
 		return r;
 	for (q = 0; q < 2; q++) {
 		struct h_vq *v = &d->vq[q];
@@ -310,10 +387,11 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 	d->vhost_hdr = o->vhost_hdr;
 	d->hdr_len = (o->mrg_rxbuf || o->version_1) ? 12 : 10;
 
-	d->mem = mmap(NULL, H_MEM_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	d->mem = mmap(NULL, H_MEM_SIZE, PROT_READ | PROT_WRITE,
+		      (o->shared_mem ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (d->mem == MAP_FAILED)
 		return -errno;
-	if ((r = h_tap_open(d, !o->vhost_hdr, o->tap_offload)))
+	if ((r = h_tap_open_flags(d, !o->vhost_hdr, o->tap_offload, o->tap_flags)))
 		return r;
 	if ((r = h_pkt_open(d)))
 		return r;
@@ -426,6 +504,350 @@ static inline int64_t h_check_frame(const uint8_t *buf, size_t len, size_t want_
 	return seq;
 }
 
+/* Reads one frame from d's packet socket into buf; returns its length (the
+ * whole frame's, MSG_TRUNC), -ETIMEDOUT or -errno. */
+static inline ssize_t h_pkt_recv(struct h_dev *d, uint8_t *buf, size_t cap, int timeout_ms)
+{
+	struct pollfd p = { .fd = d->pkt, .events = POLLIN };
+	ssize_t n;
+
+	for (;;) {
+		n = recv(d->pkt, buf, cap, MSG_TRUNC);
+		if (n >= 0)
+			return n;
+		if (errno != EAGAIN)
+			return -errno;
+		if (poll(&p, 1, timeout_ms) != 1)
+			return -ETIMEDOUT;
+	}
+}
+
+/* Puts one frame (seq, len) in the TX ring as header + frame, in one or two
+ * descriptors, optionally through an indirect table (layout 1: header in
+ * its own descriptor, the table at the end of the buffer slot). Does not
+ * kick. */
+static inline void h_tx_post(struct h_dev *d, uint16_t slot, uint32_t seq, size_t len, int layout)
+{
+	struct h_vq *v = &d->vq[1];
+	uint16_t head = slot % v->num;
+	uint64_t buf = h_buf(d, 1, head);
+	uint8_t *p = h_ptr(d, buf);
+	struct vring_desc *desc = v->vr.desc;
+
+	memset(p, 0, d->hdr_len);
+	h_frame(p + d->hdr_len, seq, len);
+	if (layout == 0) {		/* any layout: header and frame together */
+		desc[head] = (struct vring_desc){ buf, d->hdr_len + len, 0, 0 };
+	} else {
+		struct vring_desc *t = h_ptr(d, buf + v->buf_size - 64);
+
+		t[0] = (struct vring_desc){ buf, d->hdr_len, VRING_DESC_F_NEXT, 1 };
+		t[1] = (struct vring_desc){ buf + d->hdr_len, len, 0, 0 };
+		desc[head] = (struct vring_desc){ h_gpa(d, t), 32, VRING_DESC_F_INDIRECT, 0 };
+	}
+	h_publish(d, 1, head);
+}
+
+/* Guest TX of `count` frames of `len` bytes in windows of up to 64; checks
+ * each on the packet socket (byte for byte, in order) and each used entry.
+ * Returns 0 or -1 (logged). */
+static inline int h_run_tx(struct h_dev *d, uint32_t count, size_t len, int layout)
+{
+	struct h_vq *v = &d->vq[1];
+	uint8_t buf[70000];
+	uint32_t sent = 0, got = 0, window = v->num < 64 ? v->num : 64;
+
+	while (got < count) {
+		uint32_t burst = 0;
+
+		while (sent < count && sent - got < window) {
+			h_tx_post(d, (uint16_t)(v->avail_idx), sent, len, layout);
+			sent++;
+			burst++;
+		}
+		if (burst)
+			h_kick(d, 1);
+		while (got < sent) {
+			ssize_t n = h_pkt_recv(d, buf, sizeof(buf), H_WAIT_MS);
+
+			if (n < 0) {
+				H_LOG("tx: frame %u of %u not seen on the tap (%zd)", got, count, n);
+				return -1;
+			}
+			if (h_check_frame(buf, n, len) != got) {
+				H_LOG("tx: frame %u corrupt or out of order (len %zd)", got, n);
+				return -1;
+			}
+			got++;
+		}
+		if (h_wait_used(d, 1, (uint16_t)(v->avail_idx - v->used_seen), H_WAIT_MS)) {
+			H_LOG("tx: used ring not updated (%u pending of %u)", h_used_pending(d, 1),
+			      (uint16_t)(v->avail_idx - v->used_seen));
+			return -1;
+		}
+		while (h_used_pending(d, 1))
+			h_take_used(d, 1);
+	}
+	return 0;
+}
+
+/* Posts `n` RX buffers (one writable descriptor each, a whole slot) and
+ * kicks. */
+static inline void h_rx_fill(struct h_dev *d, unsigned int n)
+{
+	struct h_vq *v = &d->vq[0];
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		uint16_t head = v->avail_idx % v->num;
+
+		v->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), v->buf_size, VRING_DESC_F_WRITE, 0 };
+		h_publish(d, 0, head);
+	}
+	h_kick(d, 0);
+}
+
+/* Keeps the RX ring stocked with buffers, never past its size, and kicks. */
+static inline void h_rx_refill(struct h_dev *d)
+{
+	struct h_vq *v = &d->vq[0];
+	uint16_t out = v->avail_idx - v->used_seen;
+
+	h_rx_fill(d, out < v->num ? v->num - out : 0);
+}
+
+/* Takes one received packet off the RX ring: its first used element and,
+ * with mergeable buffers, the num_buffers - 1 that follow, copied into buf
+ * (header included). Returns its length and sets *nb, or -1 (logged). */
+static inline ssize_t h_rx_take(struct h_dev *d, uint8_t *buf, size_t cap, uint16_t *nb)
+{
+	struct h_vq *v = &d->vq[0];
+	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
+	uint16_t k, n = 1;
+	size_t off = 0;
+
+	for (k = 0; k < n; k++) {
+		struct vring_used_elem e;
+
+		if (h_wait_used(d, 0, 1, H_WAIT_MS)) {
+			H_LOG("rx: buffer %u of %u of a packet never reached the ring", k, n);
+			return -1;
+		}
+		e = h_take_used(d, 0);
+		if (e.id >= v->num || e.len > v->buf_size || off + e.len > cap) {
+			H_LOG("rx: bad used element %u/%u", e.id, e.len);
+			return -1;
+		}
+		if (k == 0 && mrg) {
+			memcpy(&n, (uint8_t *)h_ptr(d, h_buf(d, 0, e.id)) + 10, 2);
+			if (n == 0 || n > v->num) {
+				H_LOG("rx: bad num_buffers %u", n);
+				return -1;
+			}
+		}
+		memcpy(buf + off, h_ptr(d, h_buf(d, 0, e.id)), e.len);
+		off += e.len;
+	}
+	*nb = n;
+	return off;
+}
+
+/* Guest RX of `count` frames of `len` bytes, sent through the packet socket
+ * in windows, each read back from the RX ring and checked byte for byte and
+ * in order. Returns 0 or -1 (logged). */
+static inline int h_run_rx(struct h_dev *d, uint32_t count, size_t len)
+{
+	struct h_vq *v = &d->vq[0];
+	bool mrg = d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF);
+	uint8_t frame[70000], got_buf[70000];
+	uint32_t sent = 0, got = 0, window = v->num < 32 ? v->num / 2 : 32;
+	unsigned int per = mrg ? (d->hdr_len + len + v->buf_size - 1) / v->buf_size : 1;
+
+	if (!window)
+		window = 1;
+	if (window * per > v->num)
+		window = v->num / per ? v->num / per : 1;
+	/* Up to a full ring: a ring left stocked by an earlier run is topped
+	 * up, never overfilled. */
+	h_rx_refill(d);
+	while (got < count) {
+		uint32_t w = 0;
+
+		while (sent < count && w < window) {
+			h_frame(frame, sent, len);
+			if (send(d->pkt, frame, len, 0) != (ssize_t)len) {
+				H_LOG("rx: send: %s", strerror(errno));
+				return -1;
+			}
+			sent++;
+			w++;
+		}
+		while (got < sent) {
+			uint16_t nb;
+			ssize_t off = h_rx_take(d, got_buf, sizeof(got_buf), &nb);
+
+			if (off < 0) {
+				H_LOG("rx: frame %u of %u not received", got, count);
+				return -1;
+			}
+			if (off < d->hdr_len ||
+			    h_check_frame(got_buf + d->hdr_len, off - d->hdr_len, len) != got) {
+				H_LOG("rx: frame %u corrupt: %zd bytes, num_buffers %u", got, off, nb);
+				return -1;
+			}
+			got++;
+			h_rx_fill(d, nb);
+		}
+	}
+	return 0;
+}
+
+/* One guest TX frame (seq, 200 bytes), seen on the packet socket `pkt`
+ * (frames of an earlier flood are skipped), and every TX chain in flight
+ * used. 0 or -errno. */
+static inline int h_tx_one(struct h_dev *d, int pkt, uint32_t seq)
+{
+	struct h_vq *v = &d->vq[1];
+	uint16_t head = v->avail_idx % v->num;
+	uint64_t buf = h_buf(d, 1, head);
+	struct pollfd p = { .fd = pkt, .events = POLLIN };
+	uint8_t got[2048];
+	ssize_t n;
+
+	memset(h_ptr(d, buf), 0, d->hdr_len);
+	h_frame((uint8_t *)h_ptr(d, buf) + d->hdr_len, seq, 200);
+	v->vr.desc[head] = (struct vring_desc){ buf, d->hdr_len + 200, 0, 0 };
+	h_publish(d, 1, head);
+	h_kick(d, 1);
+	for (;;) {
+		if (poll(&p, 1, H_WAIT_MS) != 1)
+			return -ETIMEDOUT;
+		n = recv(pkt, got, sizeof(got), 0);
+		if (n < 0)
+			return -errno;
+		if (h_check_frame(got, n, 200) == seq)
+			break;
+	}
+	return h_wait_used(d, 1, (uint16_t)(v->avail_idx - v->used_seen), H_WAIT_MS);
+}
+
+/* One guest RX frame (seq, 200 bytes), sent through d's packet socket and
+ * found in the ring. Frames an earlier flood left queued in the tap (up to
+ * its queue length) are drained first if asked: with the queue full, the
+ * tap would drop ours. 0 or -errno. */
+static inline int h_rx_one(struct h_dev *d, uint32_t seq, bool drain)
+{
+	uint8_t frame[200];
+	unsigned int n;
+
+	for (n = 0; drain && n < 100000; n++) {
+		h_rx_refill(d);
+		if (h_wait_used(d, 0, 1, 300))
+			break;
+		h_take_used(d, 0);
+	}
+	h_frame(frame, seq, sizeof(frame));
+	if (send(d->pkt, frame, sizeof(frame), 0) != sizeof(frame))
+		return -errno;
+	for (n = 0; n < 64; n++) {
+		struct vring_used_elem e;
+
+		h_rx_refill(d);
+		if (h_wait_used(d, 0, 1, H_WAIT_MS))
+			return -ETIMEDOUT;
+		e = h_take_used(d, 0);
+		if (e.id >= d->vq[0].num || e.len < d->hdr_len)
+			return -EINVAL;
+		if (h_check_frame((uint8_t *)h_ptr(d, h_buf(d, 0, e.id)) + d->hdr_len,
+				  e.len - d->hdr_len, sizeof(frame)) == seq)
+			return 0;
+	}
+	return -EBADMSG;
+}
+
+/*
+ * A flood both ways from a thread: it keeps the TX ring full of 60-byte
+ * frames of zeroes (no ethertype the packet socket listens to; the host
+ * stack drops them), injects test frames into the tap for the RX ring, and
+ * reposts RX buffers as they fill. `bad` counts used indices that ran ahead
+ * of what was posted (a device that lost its place in the used ring); the
+ * flood stops at the first.
+ */
+struct h_flood {
+	struct h_dev *d;
+	volatile int stop;
+	uint64_t rounds;
+	unsigned int bad;
+	pthread_t thr;
+};
+
+static inline void *h_flood_fn(void *arg)
+{
+	struct h_flood *fl = arg;
+	struct h_dev *d = fl->d;
+	struct h_vq *tx = &d->vq[1], *rx = &d->vq[0];
+	uint8_t frame[128];
+	int i;
+
+	h_frame(frame, 0, sizeof(frame));
+	while (!fl->stop) {
+		if (h_used_pending(d, 1) > (uint16_t)(tx->avail_idx - tx->used_seen) ||
+		    h_used_pending(d, 0) > (uint16_t)(rx->avail_idx - rx->used_seen)) {
+			fl->bad++;
+			break;
+		}
+		while (h_used_pending(d, 1))
+			h_take_used(d, 1);
+		while ((uint16_t)(tx->avail_idx - tx->used_seen) < tx->num) {
+			uint16_t head = tx->avail_idx % tx->num;
+
+			tx->vr.desc[head] = (struct vring_desc){ h_buf(d, 1, head), d->hdr_len + 60, 0, 0 };
+			h_publish(d, 1, head);
+		}
+		while (h_used_pending(d, 0))
+			h_take_used(d, 0);
+		h_rx_refill(d);
+		h_kick(d, 1);
+		for (i = 0; i < 16; i++)
+			send(d->pkt, frame, sizeof(frame), MSG_DONTWAIT);
+		fl->rounds++;
+		usleep(100);
+	}
+	return NULL;
+}
+
+static inline void h_flood_start(struct h_flood *fl, struct h_dev *d)
+{
+	memset(fl, 0, sizeof(*fl));
+	fl->d = d;
+	pthread_create(&fl->thr, NULL, h_flood_fn, fl);
+}
+
+/* Stops the flood; returns how many rounds it ran. */
+static inline uint64_t h_flood_stop(struct h_flood *fl)
+{
+	fl->stop = 1;
+	pthread_join(fl->thr, NULL);
+	return fl->rounds;
+}
+
+/* With EVENT_IDX: waits until the device has taken every chain posted on
+ * queue q and asked to be kicked again (avail_event caught up with the
+ * avail index). Unlike used entries, this holds for chains a device
+ * consumes without using them. 0 or -ETIMEDOUT. */
+static inline int h_wait_drained(struct h_dev *d, int q, int timeout_ms)
+{
+	struct h_vq *v = &d->vq[q];
+	uint64_t end = h_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+
+	while (__atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE) != v->avail_idx) {
+		if (h_now_ns() > end)
+			return -ETIMEDOUT;
+		usleep(50);
+	}
+	return 0;
+}
+
 /*
  * 64 KB GSO frames. Only in tap-header mode can a guest hand one to the tap,
  * because only then does the tap see its virtio header. On the tap's far
@@ -506,6 +928,15 @@ static inline long long h_slab_kb(void)
 	return h_meminfo_kb(keys);
 }
 
+/* Memory the kernel could hand out now (MemAvailable), in kB: what a leak
+ * of whole pages (page fragments, not slab objects) shows up in. */
+static inline long long h_mem_available_kb(void)
+{
+	static const char *const keys[] = { "MemAvailable:", NULL };
+
+	return h_meminfo_kb(keys);
+}
+
 /* Bytes in active slab objects (sum over /proc/slabinfo of active objects
  * times object size): finer than meminfo's Slab, which counts pages. */
 static inline long long h_slab_active_bytes(void)
@@ -559,6 +990,166 @@ static inline uint64_t h_fdinfo_u64(struct h_dev *d, const char *vq, const char 
 	if (!p || !(p = strstr(p, name)))
 		return ~0ULL;
 	return strtoull(p + strlen(name), NULL, 10);
+}
+
+/* Writes `val` to a sysfs/procfs file: 0 or -errno. */
+static inline int h_write_file(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY), r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, val, strlen(val)) != (ssize_t)strlen(val))
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+/* Receive packet steering for d's tap: frames the tap hands to the host
+ * stack (guest TX) are processed on the CPUs in the hex `mask`, from their
+ * backlog, instead of inside the sender's sendmsg. 0 or -errno (-ENOENT
+ * without CONFIG_RPS). */
+static inline int h_tap_rps(struct h_dev *d, const char *mask)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/sys/class/net/%s/queues/rx-0/rps_cpus", d->ifname);
+	return h_write_file(path, mask);
+}
+
+/* Pins the calling thread to `cpu`, or lets it run anywhere if cpu < 0. A
+ * vhost worker inherits the affinity of the thread that issues SET_OWNER. */
+static inline int h_set_cpu(int cpu)
+{
+	cpu_set_t set;
+	int i;
+
+	CPU_ZERO(&set);
+	for (i = 0; i < CPU_SETSIZE; i++)
+		if (cpu < 0 || i == cpu)
+			CPU_SET(i, &set);
+	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
+}
+
+/* Sends one rtnetlink request and waits for its acknowledgement: 0 or the
+ * kernel's -errno. */
+static inline int h_rtnl(struct nlmsghdr *req)
+{
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	char buf[4096];
+	int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE), r = -EIO, i;
+	struct timeval tv = { .tv_sec = H_WAIT_MS / 1000 };
+
+	if (s < 0)
+		return -errno;
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	req->nlmsg_flags |= NLM_F_REQUEST | NLM_F_ACK;
+	req->nlmsg_seq = 1;
+	if (sendto(s, req, req->nlmsg_len, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		goto out;
+	}
+	for (i = 0; i < 16; i++) {
+		ssize_t n = recv(s, buf, sizeof(buf), 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		for (; NLMSG_OK(h, n); h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				r = ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+				goto out;
+			}
+		}
+	}
+out:
+	close(s);
+	return r;
+}
+
+/* Appends attribute `type` to the request; returns it (for nesting). */
+static inline struct rtattr *h_nl_attr(struct nlmsghdr *n, unsigned short type, const void *data,
+				       unsigned short len)
+{
+	struct rtattr *a = (struct rtattr *)((char *)n + NLMSG_ALIGN(n->nlmsg_len));
+
+	a->rta_type = type;
+	a->rta_len = RTA_LENGTH(len);
+	if (len)
+		memcpy(RTA_DATA(a), data, len);
+	n->nlmsg_len = NLMSG_ALIGN(n->nlmsg_len) + RTA_ALIGN(a->rta_len);
+	return a;
+}
+
+struct h_link_req {
+	struct nlmsghdr n;
+	struct ifinfomsg i;
+	char attrs[256];
+};
+
+static inline void h_link_req_init(struct h_link_req *req, unsigned short type, int ifindex)
+{
+	memset(req, 0, sizeof(*req));
+	req->n.nlmsg_len = NLMSG_LENGTH(sizeof(req->i));
+	req->n.nlmsg_type = type;
+	req->i.ifi_family = AF_UNSPEC;
+	req->i.ifi_index = ifindex;
+}
+
+/* Deletes the network interface `ifindex` (ip link del): a tap goes away
+ * even while files (a vhost backend) still hold it. */
+static inline int h_link_del(int ifindex)
+{
+	struct h_link_req req;
+
+	h_link_req_init(&req, RTM_DELLINK, ifindex);
+	return h_rtnl(&req.n);
+}
+
+/* Attaches the XDP program prog_fd (-1: detaches) to `ifindex` with
+ * XDP_FLAGS_* `flags` (XDP_FLAGS_DRV_MODE: the driver's own hook). */
+static inline int h_xdp_attach(int ifindex, int prog_fd, uint32_t flags)
+{
+	struct h_link_req req;
+	struct rtattr *nest;
+
+	h_link_req_init(&req, RTM_SETLINK, ifindex);
+	nest = h_nl_attr(&req.n, IFLA_XDP | NLA_F_NESTED, NULL, 0);
+	h_nl_attr(&req.n, IFLA_XDP_FD, &prog_fd, sizeof(prog_fd));
+	if (flags)
+		h_nl_attr(&req.n, IFLA_XDP_FLAGS, &flags, sizeof(flags));
+	nest->rta_len = (char *)&req.n + req.n.nlmsg_len - (char *)nest;
+	return h_rtnl(&req.n);
+}
+
+/* Loads a BPF program of `type` from n instructions (license GPL): its fd,
+ * or -errno with the verifier's log on stderr. */
+static inline int h_bpf_prog_load(uint32_t type, const struct bpf_insn *insns, unsigned int n)
+{
+	static char log[16384];
+	union bpf_attr a;
+	int fd;
+
+	memset(&a, 0, sizeof(a));
+	a.prog_type = type;
+	a.insns = (uint64_t)(uintptr_t)insns;
+	a.insn_cnt = n;
+	a.license = (uint64_t)(uintptr_t)"GPL";
+	a.log_buf = (uint64_t)(uintptr_t)log;
+	a.log_size = sizeof(log);
+	a.log_level = 1;
+	log[0] = 0;
+	fd = syscall(__NR_bpf, BPF_PROG_LOAD, &a, sizeof(a));
+	if (fd < 0) {
+		int e = -errno;
+
+		if (log[0])
+			H_LOG("bpf verifier: %s", log);
+		return e;
+	}
+	return fd;
 }
 
 #endif

@@ -44,7 +44,7 @@ static int cycle(const char *dev, int n, int configure)
 
 static void run_cycles(struct __test_metadata *_metadata, int configure)
 {
-	const char *dev = getenv("VNR_DEV") ? getenv("VNR_DEV") : "/dev/vhost-net-rs";
+	const char *dev = h_dev_path();
 	/* A leak of even one 64-byte object per cycle is 64 KB over 1000. */
 	const long long limit = 48 * 1024;
 	long long best = -1, before, after, growth;

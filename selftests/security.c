@@ -22,15 +22,6 @@ static const struct h_opts opts = {
 	.tap_offload = -1,
 };
 
-static ssize_t pkt_recv(struct h_dev *d, uint8_t *buf, size_t cap, int timeout_ms)
-{
-	struct pollfd p = { .fd = d->pkt, .events = POLLIN };
-
-	if (poll(&p, 1, timeout_ms) != 1)
-		return -ETIMEDOUT;
-	return recv(d->pkt, buf, cap, MSG_TRUNC);
-}
-
 /* CVE-2013-0311: a descriptor that crosses from one memory region into the
  * next must be translated region by region, each piece bounded. Guest
  * memory here is two regions whose user addresses are far apart. */
@@ -64,7 +55,7 @@ TEST(cve_2013_0311_descriptor_crossing_regions)
 	v->vr.desc[0] = (struct vring_desc){ gpa, d.hdr_len + 600, 0, 0 };
 	h_publish(&d, 1, 0);
 	h_kick(&d, 1);
-	n = pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
+	n = h_pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
 	EXPECT_EQ(7, h_check_frame(buf, n, 600));
 	/* And one that runs past the end of all memory is refused. */
 	v->vr.desc[1] = (struct vring_desc){ H_MEM_SIZE - 100, 200, 0, 0 };
@@ -306,7 +297,7 @@ TEST(cve_2019_14835_zero_length_descriptors)
 	v->vr.desc[3] = (struct vring_desc){ 0, 0, 0, 0 };
 	h_publish(&d, 1, 0);
 	h_kick(&d, 1);
-	n = pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
+	n = h_pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
 	EXPECT_EQ(9, h_check_frame(buf, n, 100));
 	h_teardown(&d);
 }

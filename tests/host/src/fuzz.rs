@@ -81,16 +81,16 @@ pub fn run(inp: Input) {
         mem.put_u16(avail + 4 + 2 * i as u64, u16::from(*h));
     }
     mem.put_u16(avail + 2, inp.base);
-    let mut ring = Vring::new(num, desc, avail, used, inp.base, feats).unwrap();
+    let mut ring = Vring::resume(RingLayout { num, desc, avail, used }, inp.base, inp.base, feats).unwrap();
     let mut iov = vec![Iov::default(); 1 + usize::from(inp.iov_len) % MAX_SEGMENTS];
     let mut outstanding: u64 = 0;
     for op in inp.ops.iter().take(256) {
         match *op {
             Op::Pop => {
-                let before = ring.last_avail_idx;
+                let before = ring.last_avail_idx();
                 match ring.pop(&mem, &regions, &mut iov) {
                     Ok(None) => {}
-                    Err(_) => assert_eq!(ring.last_avail_idx, before),
+                    Err(_) => assert_eq!(ring.last_avail_idx(), before),
                     Ok(Some(c)) => {
                         assert!(u32::from(c.head) < num);
                         assert!(c.out + c.inn <= iov.len());
@@ -104,7 +104,7 @@ pub fn run(inp: Input) {
                 }
             }
             Op::AddUsed(n) => {
-                let heads: Vec<(u16, u32)> = (0..u16::from(n % 4)).map(|i| (i, 0)).collect();
+                let heads: Vec<UsedElem> = (0..u16::from(n % 4)).map(|head| UsedElem { head, len: 0 }).collect();
                 let _ = ring.add_used(&mem, &heads);
             }
             Op::Notify => {

@@ -40,7 +40,7 @@ pub fn one_state(seed: u64) -> usize {
     };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     let base = r.next() as u16;
-    let mut ring = Vring::new(num, desc, avail, used, base, feats).unwrap();
+    let mut ring = Vring::resume(RingLayout { num, desc, avail, used }, base, base, feats).unwrap();
     // Random bytes over the descriptor table, an indirect area and the
     // avail ring; then plausible-looking descriptors most of the time.
     let mut junk = vec![0u8; 0x3000];
@@ -86,15 +86,15 @@ pub fn one_state(seed: u64) -> usize {
     let mut iov = vec![Iov::default(); 1 + r.below(MAX_SEGMENTS as u64) as usize];
     let mut popped = 0;
     loop {
-        let before = ring.last_avail_idx;
+        let before = ring.last_avail_idx();
         match ring.pop(&mem, &regions, &mut iov) {
             Ok(None) => break,
             Err(_) => {
-                assert_eq!(ring.last_avail_idx, before, "an error must consume nothing");
+                assert_eq!(ring.last_avail_idx(), before, "an error must consume nothing");
                 break;
             }
             Ok(Some(c)) => {
-                assert_eq!(ring.last_avail_idx, before.wrapping_add(1));
+                assert_eq!(ring.last_avail_idx(), before.wrapping_add(1));
                 assert!(u32::from(c.head) < num);
                 assert!(c.out + c.inn <= iov.len());
                 let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
@@ -107,7 +107,7 @@ pub fn one_state(seed: u64) -> usize {
                 }
                 popped += 1;
                 assert!(popped <= num as usize, "popped more than the ring holds");
-                let _ = ring.add_used(&mem, &[(c.head, 0)]);
+                let _ = ring.add_used(&mem, &[UsedElem { head: c.head, len: 0 }]);
                 let _ = ring.should_notify(&mem);
             }
         }

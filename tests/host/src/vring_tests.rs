@@ -20,7 +20,7 @@ fn rig(num: u32, feats: RingFeatures) -> Rig {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let ring = Vring::new(num, DESC, AVAIL, USED, 0, feats).unwrap();
+    let ring = Vring::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED }, 0, 0, feats).unwrap();
     Rig { mem, regions, ring, num: num as u16, iov: vec![Iov::default(); MAX_SEGMENTS] }
 }
 
@@ -59,7 +59,7 @@ fn pops_a_chain_and_publishes_used() {
     assert_eq!(r.iov[0], Iov { addr: BASE + 0x8000, len: 100 });
     assert_eq!(r.iov[1], Iov { addr: BASE + 0x9000, len: 200 });
     assert_eq!(r.pop().unwrap(), None);
-    r.ring.add_used(&r.mem, &[(0, 200)]).unwrap();
+    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 200 }]).unwrap();
     assert_eq!(r.mem.get_u16(USED + 2), 1);
     assert_eq!(r.mem.get(USED + 4, 8), [0, 0, 0, 0, 200, 0, 0, 0]);
 }
@@ -72,7 +72,7 @@ fn descriptor_loop_is_detected() {
     r.avail(0, 0, 1);
     assert_eq!(r.pop(), Err(VringError::Loop));
     // Nothing was consumed.
-    assert_eq!(r.ring.last_avail_idx, 0);
+    assert_eq!(r.ring.last_avail_idx(), 0);
 }
 
 #[test]
@@ -201,7 +201,7 @@ fn too_many_segments() {
 #[test]
 fn indices_wrap_past_65535() {
     let mut r = rig(4, f());
-    r.ring = Vring::new(4, DESC, AVAIL, USED, 65533, f()).unwrap();
+    r.ring = Vring::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED }, 65533, 65533, f()).unwrap();
     r.desc(DESC, 0, 0x8000, 1, 0, 0);
     let mut idx: u16 = 65533;
     for _ in 0..10 {
@@ -209,19 +209,19 @@ fn indices_wrap_past_65535() {
         r.avail(idx.wrapping_sub(1), 0, idx);
         let c = r.pop().unwrap().unwrap();
         assert_eq!(c.head, 0);
-        r.ring.add_used(&r.mem, &[(c.head, 0)]).unwrap();
+        r.ring.add_used(&r.mem, &[UsedElem { head: c.head, len: 0 }]).unwrap();
         assert_eq!(r.mem.get_u16(USED + 2), idx);
     }
-    assert_eq!(r.ring.last_avail_idx, 65533u16.wrapping_add(10));
+    assert_eq!(r.ring.last_avail_idx(), 65533u16.wrapping_add(10));
 }
 
 #[test]
 fn every_ring_size() {
     for shift in 0..=15 {
-        assert!(Vring::new(1 << shift, DESC, AVAIL, USED, 0, f()).is_some());
+        assert!(Vring::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED }, 0, 0, f()).is_some());
     }
     for n in [0, 3, 6, 65535, 65536, 1 << 20] {
-        assert!(Vring::new(n, DESC, AVAIL, USED, 0, f()).is_none());
+        assert!(Vring::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED }, 0, 0, f()).is_none());
     }
 }
 
@@ -239,23 +239,36 @@ fn notification_suppression() {
     // Without event-idx: NO_INTERRUPT in avail->flags suppresses.
     let mut r = rig(8, f());
     r.mem.put_u16(AVAIL, AVAIL_F_NO_INTERRUPT);
-    r.ring.add_used(&r.mem, &[(0, 0)]).unwrap();
+    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }]).unwrap();
     assert!(!r.ring.should_notify(&r.mem).unwrap());
     r.mem.put_u16(AVAIL, 0);
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // With event-idx: only when used_event is crossed.
     let ev = RingFeatures { event_idx: true, ..f() };
     let mut r = rig(8, ev);
-    r.ring.add_used(&r.mem, &[(0, 0)]).unwrap();
+    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }]).unwrap();
     assert!(r.ring.should_notify(&r.mem).unwrap()); // first one always
     r.mem.put_u16(AVAIL + 4 + 2 * 8, 5); // used_event = 5
-    r.ring.add_used(&r.mem, &[(0, 0)]).unwrap(); // used 2
+    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }]).unwrap(); // used 2
     assert!(!r.ring.should_notify(&r.mem).unwrap());
-    r.ring.add_used(&r.mem, &[(0, 0), (0, 0), (0, 0), (0, 0)]).unwrap(); // used 6
+    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }]).unwrap(); // used 6
     assert!(r.ring.should_notify(&r.mem).unwrap());
-    // enable_notify publishes avail_event.
+    // enable_notify publishes avail_event, and reports (and caches) the
+    // entries that are there.
     r.avail(0, 0, 3);
     r.ring.refresh_avail(&r.mem).unwrap();
+    assert!(r.ring.enable_notify(&r.mem).unwrap());
+    assert_eq!(r.mem.get_u16(USED + 4 + 8 * 8), 3);
+    // Nothing new, nothing pending once the ring is drained.
+    let mut iov = [Iov::default(); 4];
+    r.desc(DESC, 0, 0x8000, 1, 0, 0);
+    for _ in 0..3 {
+        r.ring.pop(&r.mem, &r.regions, &mut iov).unwrap().unwrap();
+    }
     assert!(!r.ring.enable_notify(&r.mem).unwrap());
     assert_eq!(r.mem.get_u16(USED + 4 + 8 * 8), 3);
+    // A guest that moves avail->idx by more than the ring between the two
+    // reads is caught here too, not only by pop.
+    r.mem.put_u16(AVAIL + 2, 3 + 9);
+    assert_eq!(r.ring.enable_notify(&r.mem), Err(VringError::AvailJump));
 }

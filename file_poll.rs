@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Polling another file's wait queue: `vhost_poll` in Rust.
+//!
+//! A [`FilePoll`] links an entry on a file's wait queue (an eventfd for
+//! kicks, the tap for packets and for send space) and wakes a queue's
+//! [`Waker`] when the file signals one of the events it waits for.
+
+use crate::worker::Waker;
+use core::{
+    cell::Cell,
+    ffi::c_void,
+    sync::atomic::{AtomicBool, Ordering},
+};
+use kernel::{
+    bindings,
+    ffi::{c_int, c_uint},
+    fs::File,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        barrier::{smp_mb, Full},
+        Arc,
+    },
+    types::Opaque,
+};
+
+// Poll events, as `__poll_t` bits. The uapi header defines them with a
+// `(__force __poll_t)` cast that bindgen cannot evaluate, so they are
+// written here and `vnr_shim.c` asserts at compile time that they match.
+/// `EPOLLIN`.
+pub(crate) const POLLIN: u32 = 0x0001;
+/// `EPOLLOUT`.
+pub(crate) const POLLOUT: u32 = 0x0004;
+/// `EPOLLERR`.
+const POLLERR: u32 = 0x0008;
+/// `DEFAULT_POLLMASK`: what `vfs_poll` reports for a file without a `poll`
+/// method (`EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLWRNORM`).
+const DEFAULT_POLLMASK: u32 = 0x0001 | 0x0004 | 0x0040 | 0x0100;
+
+/// A wait-queue entry on `file` that wakes `waker` on the events of `mask`.
+///
+/// # Invariants
+///
+/// While `wqh` is non-null, `wait` is linked on that wait queue head, which
+/// belongs to `file` and so stays valid while `file` is held. `wqh` is only
+/// written by the file's `poll` during [`FilePoll::start`], before the entry
+/// can be reached from elsewhere.
+#[pin_data(PinnedDrop)]
+pub(crate) struct FilePoll {
+    #[pin]
+    wait: Opaque<bindings::wait_queue_entry>,
+    #[pin]
+    table: Opaque<bindings::poll_table_struct>,
+    wqh: Cell<*mut bindings::wait_queue_head>,
+    file: ARef<File>,
+    mask: u32,
+    waker: Arc<Waker>,
+    /// Whether events wake the worker; see [`FilePoll::set_armed`].
+    armed: AtomicBool,
+}
+
+// SAFETY: `wqh` is only used under the rules in the type invariants; the
+// wait-queue lock serialises the callback with removal.
+unsafe impl Send for FilePoll {}
+// SAFETY: See above; `wqh` is only written during `start`, before sharing.
+unsafe impl Sync for FilePoll {}
+
+/// The poll-table callback: links our entry on the file's wait queue.
+///
+/// # Safety
+///
+/// `pt` must be the `table` of a pinned, live [`FilePoll`].
+unsafe extern "C" fn poll_queue_proc(
+    _file: *mut bindings::file,
+    wqh: *mut bindings::wait_queue_head,
+    pt: *mut bindings::poll_table_struct,
+) {
+    // SAFETY: `pt` is the `table` field of a pinned `FilePoll`, passed by us
+    // to the file's `poll` in `FilePoll::start`.
+    let poll = unsafe { &*kernel::container_of!(Opaque::cast_from(pt), FilePoll, table) };
+    if !poll.wqh.get().is_null() {
+        // A file that registers two queues; one is all we need.
+        return;
+    }
+    poll.wqh.set(wqh);
+    // SAFETY: `wqh` is a live wait queue head of the file being polled, and
+    // `wait` is an initialised, unlinked entry.
+    unsafe { bindings::add_wait_queue(wqh, poll.wait.get()) };
+}
+
+/// The wait-queue callback: wakes the worker on a matching event.
+///
+/// # Safety
+///
+/// `wait` must be the `wait` of a live [`FilePoll`], as linked by
+/// [`poll_queue_proc`].
+unsafe extern "C" fn poll_wakeup(
+    wait: *mut bindings::wait_queue_entry,
+    _mode: c_uint,
+    _sync: c_int,
+    key: *mut c_void,
+) -> c_int {
+    // SAFETY: `wait` is the `wait` field of a `FilePoll` linked by
+    // `poll_queue_proc`; it is unlinked (under the wait-queue lock that is
+    // held while we run) before the `FilePoll` is freed.
+    let poll = unsafe { &*kernel::container_of!(Opaque::cast_from(wait), FilePoll, wait) };
+    // The key is the event mask, passed as a pointer-sized integer.
+    let events = key as usize as u32;
+    if (events != 0 && events & poll.mask == 0) || !poll.armed.load(Ordering::Relaxed) {
+        return 0;
+    }
+    poll.waker.wake();
+    0
+}
+
+impl FilePoll {
+    /// Starts polling `file` for `mask`, waking `waker` on each event; wakes
+    /// it at once if the file is already ready. `-EINVAL` if the file reports
+    /// an error.
+    pub(crate) fn start(file: ARef<File>, mask: u32, waker: Arc<Waker>) -> Result<Pin<KBox<Self>>> {
+        let poll = KBox::pin_init(
+            pin_init!(FilePoll {
+                wait <- Opaque::ffi_init(|entry: *mut bindings::wait_queue_entry| {
+                    // SAFETY: `entry` is valid for writes; this is
+                    // `init_waitqueue_func_entry`.
+                    unsafe {
+                        entry.write(bindings::wait_queue_entry {
+                            flags: 0,
+                            private: core::ptr::null_mut(),
+                            func: Some(poll_wakeup),
+                            entry: bindings::list_head {
+                                next: core::ptr::null_mut(),
+                                prev: core::ptr::null_mut(),
+                            },
+                        })
+                    }
+                }),
+                table <- Opaque::ffi_init(move |table: *mut bindings::poll_table_struct| {
+                    // SAFETY: `table` is valid for writes; this is
+                    // `init_poll_funcptr` plus the key.
+                    unsafe {
+                        table.write(bindings::poll_table_struct {
+                            _qproc: Some(poll_queue_proc),
+                            _key: mask,
+                        })
+                    }
+                }),
+                wqh: Cell::new(core::ptr::null_mut()),
+                file: file,
+                mask,
+                waker: waker,
+                armed: AtomicBool::new(true),
+            }),
+            GFP_KERNEL,
+        )?;
+        // vfs_poll(): call the file's poll with our table.
+        let raw_file = poll.file.as_ptr();
+        // SAFETY: `raw_file` is a live file we hold a reference on; `f_op`
+        // is always set on an open file, and `table` is pinned in `poll`,
+        // which unlinks the entry before it is freed.
+        let ready = unsafe {
+            match (*(*raw_file).f_op).poll {
+                Some(file_poll) => file_poll(raw_file, poll.table.get()),
+                None => DEFAULT_POLLMASK,
+            }
+        };
+        if ready & POLLERR != 0 {
+            return Err(EINVAL);
+        }
+        if ready & mask != 0 {
+            poll.waker.wake();
+        }
+        Ok(poll)
+    }
+
+    /// Stops or resumes waking the worker, without leaving the wait queue:
+    /// the RX worker ignores the tap while it drains it, as C's handle_rx
+    /// does with `vhost_net_disable_vq`, instead of being woken for every
+    /// packet. After re-arming, the caller must look at the file once more:
+    /// the full barrier here pairs with the one before the file's waker
+    /// checks its wait queue (`skwq_has_sleeper`), so either that look sees
+    /// the new event or the event sees the entry armed.
+    pub(crate) fn set_armed(&self, on: bool) {
+        self.armed.store(on, Ordering::Relaxed);
+        if on {
+            smp_mb(Full);
+        }
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for FilePoll {
+    fn drop(self: Pin<&mut Self>) {
+        let wqh = self.wqh.get();
+        if !wqh.is_null() {
+            // SAFETY: By the type invariant `wait` is linked on `wqh`, which
+            // is still valid because `file` is dropped after this.
+            unsafe { bindings::remove_wait_queue(wqh, self.wait.get()) };
+        }
+    }
+}

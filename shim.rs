@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The one FFI surface of the module beyond `bindings`: the C functions that
+//! bindgen does not reach, each typed as its C prototype.
+//!
+//! Two kinds live here: kernel functions whose headers are not in the
+//! kernel crate's bindings (`vhost_task`, the tun socket), and the C shim
+//! (`vnr_shim.c`, mirrored by `vnr_shim.h`), which wraps what Rust cannot
+//! express: single 16-bit user accesses (`get_user`/`put_user` are macros),
+//! inline helpers of `ptr_ring`, `xdp_buff` and tun, and the current task's
+//! state. Callers are in `worker.rs`, `uaccess.rs` and `tap_glue.rs`.
+
+use core::ffi::c_void;
+use kernel::{
+    bindings,
+    ffi::{c_char, c_int, c_uint},
+};
+
+/// Opaque `struct vhost_task` (kernel/vhost_task.c).
+#[repr(C)]
+pub(crate) struct VhostTask {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct ptr_ring` (include/linux/ptr_ring.h): tun's queue of
+/// packets for the reader of the tap.
+#[repr(C)]
+pub(crate) struct PtrRing {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `struct xdp_buff` (include/net/xdp.h); its size comes from
+/// [`vnr_xdp_buff_size`].
+#[repr(C)]
+pub(crate) struct XdpBuff {
+    _opaque: [u8; 0],
+}
+
+// The bindgen types are passed by pointer only, never by value; the lint
+// trips on a zero-length array marker deep inside `struct file` and `struct
+// socket`, which does not change how a pointer to them is passed.
+#[allow(improper_ctypes)]
+extern "C" {
+    // include/linux/sched/vhost_task.h
+    pub(crate) fn vhost_task_create(
+        func: unsafe extern "C" fn(*mut c_void) -> bool,
+        handle_kill: unsafe extern "C" fn(*mut c_void),
+        arg: *mut c_void,
+        name: *const c_char,
+    ) -> *mut VhostTask;
+    pub(crate) fn vhost_task_start(task: *mut VhostTask);
+    pub(crate) fn vhost_task_stop(task: *mut VhostTask);
+    pub(crate) fn vhost_task_wake(task: *mut VhostTask);
+
+    // include/linux/if_tun.h
+    pub(crate) fn tun_get_socket(file: *mut bindings::file) -> *mut bindings::socket;
+    pub(crate) fn tun_ptr_free(ptr: *mut c_void);
+
+    // vnr_shim.h: 16-bit user accesses.
+    pub(crate) fn vnr_get_user_u16(uaddr: *const u16, val: *mut u16) -> c_int;
+    pub(crate) fn vnr_put_user_u16(uaddr: *mut u16, val: u16) -> c_int;
+
+    // vnr_shim.h: the current task.
+    pub(crate) fn vnr_set_current_running();
+
+    // vnr_shim.h: TX batching into tun.
+    pub(crate) fn vnr_xdp_buff_size() -> usize;
+    pub(crate) fn vnr_xdp_shinfo_size() -> c_uint;
+    pub(crate) fn vnr_xdp_rx_pad() -> c_uint;
+    pub(crate) fn vnr_sock_xdp_headroom(sock: *mut bindings::socket) -> c_uint;
+    pub(crate) fn vnr_xdp_prepare(
+        xdp: *mut XdpBuff,
+        buf: *mut c_void,
+        buflen: c_uint,
+        pad: c_uint,
+        datalen: c_uint,
+    );
+    pub(crate) fn vnr_xdp_data(xdp: *mut XdpBuff) -> *mut c_void;
+    pub(crate) fn vnr_sock_can_batch(sock: *mut bindings::socket) -> bool;
+    pub(crate) fn vnr_tun_send_batch(sock: *mut bindings::socket, xdp: *mut XdpBuff, n: c_uint) -> c_int;
+
+    // vnr_shim.h: RX batching from tun's ring.
+    pub(crate) fn vnr_tun_rx_ring(file: *mut bindings::file) -> *mut PtrRing;
+    pub(crate) fn vnr_rx_ring_consume(
+        file: *mut bindings::file,
+        ring: *mut PtrRing,
+        queue: *mut *mut c_void,
+        n: c_int,
+    ) -> c_int;
+    pub(crate) fn vnr_rx_ring_unconsume(ring: *mut PtrRing, queue: *mut *mut c_void, n: c_int);
+    pub(crate) fn vnr_rx_ptr_len(ptr: *mut c_void) -> c_int;
+}
