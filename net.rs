@@ -14,7 +14,7 @@ use crate::file_poll::{FilePoll, POLLIN, POLLOUT};
 use crate::tap_glue::{Batched, RxBatch, SendError, TapSocket, TxBatch, UserIov};
 use crate::uaccess::OwnerMem;
 use crate::uapi::{feature, VirtioNetHdr};
-use crate::virtqueue::{ActiveRing, Backend, VqState, MAX_BATCH, MAX_RX_HEADS};
+use crate::virtqueue::{ActiveRing, Backend, MAX_BATCH, MAX_RX_HEADS};
 use crate::vring::{Chain, GuestMemory, Iov, UsedElem, VringError, MAX_SEGMENTS};
 use crate::worker::Waker;
 use kernel::{
@@ -218,15 +218,12 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
         }
         let chain = match active.ring.pop(&mem, active.mem, active.iov) {
             Ok(Some(chain)) => chain,
-            Ok(None) => match active.ring.enable_notify(&mem) {
+            Ok(None) => match active.wait_for_kick() {
                 // Buffers arrived meanwhile: go on, but charge the retry
                 // to the weight, so a guest flipping avail->idx cannot
                 // keep this worker looping.
                 Ok(true) => {
                     weight.packets += 1;
-                    if let Err(err) = active.ring.disable_notify(&mem) {
-                        break Err(err);
-                    }
                     continue;
                 }
                 Ok(false) => break Ok(false),
@@ -266,22 +263,13 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     // order only keeps the guest's view simple: used means sent.
     active.backend.send_batch(&mut drops);
     let published = active.publish(pending);
-    active.stats.packets += sent;
-    active.stats.bytes += sent_bytes;
-    active.stats.drops += drops;
+    active.stats.add_run(sent, sent_bytes, drops);
     result.and_then(|more| published.map(|()| more))
 }
 
 impl Backend for TxQueue {
-    fn service(queue: &mut VqState<Self>) -> bool {
-        let Some(mut active) = queue.active() else { return false };
-        match handle_tx(&mut active) {
-            Ok(more) => more,
-            Err(err) => {
-                queue.fail(err);
-                false
-            }
-        }
+    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
+        handle_tx(active)
     }
 }
 
@@ -411,13 +399,10 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
                 weight.packets += 1;
                 continue;
             }
-            Ok(Gather::Empty) => match active.ring.enable_notify(&mem) {
+            Ok(Gather::Empty) => match active.wait_for_kick() {
                 // Buffers arrived meanwhile: go on, charging the retry.
                 Ok(true) => {
                     weight.packets += 1;
-                    if let Err(err) = active.ring.disable_notify(&mem) {
-                        break Err(err);
-                    }
                     continue;
                 }
                 // Wait for the guest's kick; the packet stays queued.
@@ -456,21 +441,12 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
         weight.bytes += sock_len as u64;
     };
     let published = active.publish(pending);
-    active.stats.packets += delivered;
-    active.stats.bytes += weight.bytes;
-    active.stats.drops += drops;
+    active.stats.add_run(delivered, weight.bytes, drops);
     result.and_then(|more| published.map(|()| more))
 }
 
 impl Backend for RxQueue {
-    fn service(queue: &mut VqState<Self>) -> bool {
-        let Some(mut active) = queue.active() else { return false };
-        match handle_rx(&mut active) {
-            Ok(more) => more,
-            Err(err) => {
-                queue.fail(err);
-                false
-            }
-        }
+    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
+        handle_rx(active)
     }
 }

@@ -69,9 +69,10 @@ pub(crate) const MAX_RX_HEADS: usize = MAX_SEGMENTS;
 
 /// The data path of a backend kind (RX or TX on a tap).
 pub(crate) trait Backend: Send + Sized + Unpin {
-    /// Runs the queue's data path once. Returns true if it stopped because
-    /// its weight ran out and work remains.
-    fn service(queue: &mut VqState<Self>) -> bool;
+    /// Runs the data path once over a running ring. Returns true if it
+    /// stopped because its weight ran out and work remains. An error is a
+    /// malformed ring: the queue stops (see [`VqState::fail`]).
+    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError>;
 }
 
 /// Counters a user can read in `/proc/PID/fdinfo/FD`.
@@ -82,6 +83,15 @@ pub(crate) struct Stats {
     pub(crate) calls: u64,
     pub(crate) errors: u64,
     pub(crate) drops: u64,
+}
+
+impl Stats {
+    /// Adds what one run of the data path did.
+    pub(crate) fn add_run(&mut self, packets: u64, bytes: u64, drops: u64) {
+        self.packets += packets;
+        self.bytes += bytes;
+        self.drops += drops;
+    }
 }
 
 /// Ring addresses, as `VHOST_SET_VRING_ADDR` set them.
@@ -155,6 +165,18 @@ impl<B> ActiveRing<'_, B> {
             }
         }
         Ok(())
+    }
+
+    /// The ring is empty: asks the guest to kick again. Returns true if
+    /// buffers arrived meanwhile; notifications are then off again and the
+    /// caller goes on (charging the retry to its weight).
+    pub(crate) fn wait_for_kick(&mut self) -> Result<bool, VringError> {
+        let mem = OwnerMem;
+        if self.ring.enable_notify(&mem)? {
+            self.ring.disable_notify(&mem)?;
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     pub(crate) fn has_feature(&self, bit_nr: u32) -> bool {
@@ -471,12 +493,26 @@ impl<B: Backend> VirtQueue<B> {
     }
 }
 
+impl<B: Backend> VqState<B> {
+    /// One run of the data path, if the ring runs.
+    fn service(&mut self) -> bool {
+        let Some(mut active) = self.active() else { return false };
+        match B::run(&mut active) {
+            Ok(more) => more,
+            Err(err) => {
+                self.fail(err);
+                false
+            }
+        }
+    }
+}
+
 impl<B: Backend> Work for VirtQueue<B> {
     fn waker(&self) -> &Waker {
         &self.waker
     }
 
     fn run(&self) -> bool {
-        B::service(&mut self.state.lock())
+        self.state.lock().service()
     }
 }
