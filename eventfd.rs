@@ -4,18 +4,23 @@
 //! userspace and the guest.
 
 use core::ptr::NonNull;
+use crate::file_poll::PollableFile;
 use kernel::{bindings, error::from_err_ptr, fs::File, prelude::*, sync::aref::ARef};
 
 /// The eventfd file behind `fd`, for polling it (a kick); `-EBADF` or
 /// `-EINVAL` if it is not one.
-pub(crate) fn eventfd_file(fd: i32) -> Result<ARef<File>> {
+pub(crate) fn eventfd_file(fd: i32) -> Result<PollableFile> {
     // SAFETY: FFI call; any fd is accepted, errors come back as ERR_PTR.
     let raw = from_err_ptr(unsafe { bindings::eventfd_fget(fd) })?;
     let raw = NonNull::new(raw).ok_or(EBADF)?;
     // SAFETY: `eventfd_fget` returned a file with a reference that we take
-    // over; `File` is a transparent wrapper of `struct file`, and the
-    // reference is not used for `fdget_pos`.
-    Ok(unsafe { ARef::from_raw(raw.cast::<File>()) })
+    // over, and `File` is a transparent wrapper of `struct file`. `File`
+    // requires that a reference taken by `fdget_pos` stay on its thread;
+    // this one comes from `fget`, so it may go anywhere.
+    let file = unsafe { ARef::from_raw(raw.cast::<File>()) };
+    // SAFETY: An eventfd's wait queue lives in its context, which the file
+    // holds until it is released; eventfds never use POLLFREE.
+    Ok(unsafe { PollableFile::new(file) })
 }
 
 /// A reference to an eventfd context, used to signal userspace (call, err).

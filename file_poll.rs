@@ -38,12 +38,34 @@ const POLLERR: u32 = 0x0008;
 /// method (`EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLWRNORM`).
 const DEFAULT_POLLMASK: u32 = 0x0001 | 0x0004 | 0x0040 | 0x0100;
 
+/// A file that may be polled by a [`FilePoll`]: one whose wait queues live
+/// as long as the file. Files that free a wait queue while open, and say so
+/// with `POLLFREE` (signalfd, for one), are never wrapped.
+///
+/// # Invariants
+///
+/// The wait queues `file`'s `poll` registers stay valid while `file` is
+/// held.
+pub(crate) struct PollableFile(ARef<File>);
+
+impl PollableFile {
+    /// # Safety
+    ///
+    /// The wait queues that `file`'s `poll` registers must stay valid while
+    /// the file is held.
+    pub(crate) unsafe fn new(file: ARef<File>) -> Self {
+        // INVARIANT: the caller's guarantee.
+        Self(file)
+    }
+}
+
 /// A wait-queue entry on `file` that wakes `waker` on the events of `mask`.
 ///
 /// # Invariants
 ///
 /// While `wqh` is non-null, `wait` is linked on that wait queue head, which
-/// belongs to `file` and so stays valid while `file` is held. `wqh` is only
+/// `file`'s `poll` registered and so stays valid while `file` is held (the
+/// [`PollableFile`] invariant). `wqh` is only
 /// written by the file's `poll` during [`FilePoll::start`], before the entry
 /// can be reached from elsewhere.
 #[pin_data(PinnedDrop)]
@@ -53,7 +75,7 @@ pub(crate) struct FilePoll {
     #[pin]
     table: Opaque<bindings::poll_table_struct>,
     wqh: Cell<*mut bindings::wait_queue_head>,
-    file: ARef<File>,
+    file: PollableFile,
     mask: u32,
     waker: Arc<Waker>,
     /// Whether events wake the worker; see [`FilePoll::set_armed`].
@@ -118,7 +140,7 @@ impl FilePoll {
     /// Starts polling `file` for `mask`, waking `waker` on each event; wakes
     /// it at once if the file is already ready. `-EINVAL` if the file reports
     /// an error.
-    pub(crate) fn start(file: ARef<File>, mask: u32, waker: Arc<Waker>) -> Result<Pin<KBox<Self>>> {
+    pub(crate) fn start(file: PollableFile, mask: u32, waker: Arc<Waker>) -> Result<Pin<KBox<Self>>> {
         let poll = KBox::pin_init(
             pin_init!(FilePoll {
                 wait <- Opaque::ffi_init(|entry: *mut bindings::wait_queue_entry| {
@@ -147,15 +169,15 @@ impl FilePoll {
                     }
                 }),
                 wqh: Cell::new(core::ptr::null_mut()),
-                file: file,
+                file,
                 mask,
-                waker: waker,
+                waker,
                 armed: AtomicBool::new(true),
             }),
             GFP_KERNEL,
         )?;
         // vfs_poll(): call the file's poll with our table.
-        let raw_file = poll.file.as_ptr();
+        let raw_file = poll.file.0.as_ptr();
         // SAFETY: `raw_file` is a live file we hold a reference on; `f_op`
         // is always set on an open file, and `table` is pinned in `poll`,
         // which unlinks the entry before it is freed.

@@ -24,9 +24,9 @@
 /// any address.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Region {
-    pub(crate) gpa: u64,
-    pub(crate) size: u64,
-    pub(crate) uaddr: u64,
+    gpa: u64,
+    size: u64,
+    uaddr: u64,
     /// After [`validate`]: the largest end of this region and all regions
     /// sorted before it, which makes the lookup a binary search even when
     /// regions overlap.
@@ -60,6 +60,21 @@ impl Region {
         }
         // INVARIANT: checked above.
         Ok(Region { gpa, size, uaddr, reach: gpa + size })
+    }
+
+    /// Guest-physical start.
+    pub(crate) fn gpa(&self) -> u64 {
+        self.gpa
+    }
+
+    /// Length in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Owner-virtual start.
+    pub(crate) fn uaddr(&self) -> u64 {
+        self.uaddr
     }
 
     fn end(&self) -> u64 {
@@ -99,7 +114,7 @@ fn find(regions: &[Region], gpa: u64) -> Option<&Region> {
     let index = regions.partition_point(|r| r.reach <= gpa);
     let region = regions.get(index)?;
     // `reach` first passed `gpa` here, so this region's own end does.
-    (region.gpa <= gpa && gpa < region.end()).then_some(region)
+    (region.gpa() <= gpa && gpa < region.end()).then_some(region)
 }
 
 /// One contiguous piece of a translated guest range.
@@ -136,9 +151,9 @@ pub(crate) fn for_each_piece(
 ) -> Result<(), MemError> {
     while len > 0 {
         let r = find(regions, gpa).ok_or(MemError::NotMapped)?;
-        let off = gpa - r.gpa;
-        let n = core::cmp::min(len, r.size - off);
-        f(Segment { uaddr: r.uaddr + off, len: n })?;
+        let off = gpa - r.gpa();
+        let n = core::cmp::min(len, r.size() - off);
+        f(Segment { uaddr: r.uaddr() + off, len: n })?;
         gpa += n;
         len -= n;
     }

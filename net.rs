@@ -11,7 +11,7 @@
 //! queue.
 
 use crate::file_poll::{FilePoll, POLLIN, POLLOUT};
-use crate::tap_glue::{Batched, RxBatch, SendError, TapSocket, TxBatch, UserIov};
+use crate::tap_glue::{BatchSent, Batched, Received, RxBatch, SendError, TapSocket, TxBatch, UserIov};
 use crate::uaccess::OwnerMem;
 use crate::uapi::{feature, VirtioNetHdr};
 use crate::virtqueue::{ActiveRing, Backend, MAX_BATCH, MAX_RX_HEADS};
@@ -28,11 +28,6 @@ const PKT_WEIGHT: u64 = 256;
 /// Bytes per run before yielding (`VHOST_NET_WEIGHT`).
 const BYTE_WEIGHT: u64 = 0x80000;
 
-/// Used elements of scratch an RX queue needs: one packet's buffers after up
-/// to `MAX_BATCH` unpublished ones.
-pub(crate) const RX_HEADS: usize = MAX_RX_HEADS + MAX_BATCH;
-/// Used elements of scratch a TX queue needs: one batch.
-pub(crate) const TX_HEADS: usize = MAX_BATCH;
 
 /// Where the virtio-net header is added or stripped, and how long it is.
 #[derive(Clone, Copy)]
@@ -120,8 +115,26 @@ fn user_iov_scratch() -> Result<KVec<UserIov>> {
     Ok(uiov)
 }
 
+/// What a TX run did, counted locally and added to the statistics once.
+#[derive(Default)]
+struct TxTally {
+    sent: u64,
+    bytes: u64,
+    drops: u64,
+}
+
+impl TxTally {
+    fn add_batch(&mut self, batch: BatchSent) {
+        self.sent += batch.packets as u64;
+        self.bytes += batch.bytes as u64;
+        self.drops += batch.lost as u64;
+    }
+}
+
 /// The TX side of a tap: the socket, the batch of small packets, and a poll
-/// for send space, armed only after the tap refused a packet.
+/// for send space. As in the C driver the poll is armed when the backend is
+/// attached and whenever the tap refuses a packet, and dropped when a run
+/// starts.
 pub(crate) struct TxQueue {
     sock: TapSocket,
     batch: TxBatch,
@@ -130,22 +143,21 @@ pub(crate) struct TxQueue {
 }
 
 impl TxQueue {
+    /// The TX side of the tap behind `file`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
         Ok(Self { sock: TapSocket::new(file)?, batch: TxBatch::new()?, space: None, uiov: user_iov_scratch()? })
     }
 
     /// Sends the batch; its packets' chains are consumed either way.
-    fn send_batch(&mut self, stats_drops: &mut u64) {
-        if let Err(lost) = self.batch.send(&self.sock) {
-            *stats_drops += lost as u64;
-        }
+    fn send_batch(&mut self, tally: &mut TxTally) {
+        tally.add_batch(self.batch.send(&self.sock));
     }
 
     /// Waits for the tap to take packets again: the worker is woken when it
     /// has room (or at once, if it has already).
     fn wait_for_space(&mut self, waker: &Arc<Waker>) {
         self.space = None;
-        self.space = FilePoll::start(self.sock.file().clone(), POLLOUT, waker.clone()).ok();
+        self.space = FilePoll::start(self.sock.pollable(), POLLOUT, waker.clone()).ok();
         if self.space.is_none() {
             // No poll (no memory, or the tap reports an error): look again
             // after a reschedule rather than never.
@@ -156,50 +168,55 @@ impl TxQueue {
 
 /// What happened to one TX packet.
 enum TxStep {
-    /// Gone to the tap (or batched for it), or dropped: its chain is done.
-    Consumed { sent: bool, len: usize },
+    /// Gone to the tap, or batched for it, or dropped: its chain is done.
+    Consumed { len: usize },
     /// The tap cannot take it now: put the chain back and wait for space.
     Retry,
 }
 
 /// Sends the packet of `chain` (whose readable segments are in `iov`).
-fn tx_one(txq: &mut TxQueue, iov: &[Iov], chain: &Chain, hdr: HeaderLens, drops: &mut u64) -> Result<TxStep, VringError> {
+fn tx_one(txq: &mut TxQueue, iov: &[Iov], chain: &Chain, hdr: HeaderLens, tally: &mut TxTally) -> Result<TxStep, VringError> {
     if chain.inn != 0 {
         return Err(VringError::WrongDirection);
     }
     let vhost_hlen = hdr.vhost as u64;
     if chain.out_len < vhost_hlen {
-        return Err(VringError::WrongDirection);
+        return Err(VringError::ShortPacket);
     }
     let len = (chain.out_len - vhost_hlen) as usize;
     let nuiov = to_user_iov(&iov[..chain.out], vhost_hlen, &mut txq.uiov);
     if txq.sock.can_batch() {
         let mut outcome = txq.batch.add(&txq.sock, &txq.uiov[..nuiov], len, hdr.sock);
         if outcome == Batched::Full {
-            txq.send_batch(drops);
+            txq.send_batch(tally);
             outcome = txq.batch.add(&txq.sock, &txq.uiov[..nuiov], len, hdr.sock);
         }
         match outcome {
-            Batched::Added => return Ok(TxStep::Consumed { sent: true, len }),
+            // Counted as sent when the batch goes.
+            Batched::Added => return Ok(TxStep::Consumed { len }),
             Batched::Malformed => {
-                *drops += 1;
-                return Ok(TxStep::Consumed { sent: false, len });
+                tally.drops += 1;
+                return Ok(TxStep::Consumed { len });
             }
             Batched::NoMemory => {
-                txq.send_batch(drops);
+                txq.send_batch(tally);
                 return Ok(TxStep::Retry);
             }
             // Larger than a page: what is batched goes first, to keep the
             // order, then this one on its own.
-            Batched::TooBig | Batched::Full => txq.send_batch(drops),
+            Batched::TooBig | Batched::Full => txq.send_batch(tally),
         }
     }
     match txq.sock.send(&txq.uiov[..nuiov], len) {
-        Ok(()) => Ok(TxStep::Consumed { sent: true, len }),
+        Ok(()) => {
+            tally.sent += 1;
+            tally.bytes += len as u64;
+            Ok(TxStep::Consumed { len })
+        }
         Err(SendError::Busy) => Ok(TxStep::Retry),
         Err(SendError::Dropped) => {
-            *drops += 1;
-            Ok(TxStep::Consumed { sent: false, len })
+            tally.drops += 1;
+            Ok(TxStep::Consumed { len })
         }
     }
 }
@@ -210,7 +227,10 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     let hdr = HeaderLens::of(active);
     let mut weight = Weight::default();
     let mut pending = 0usize;
-    let (mut sent, mut sent_bytes, mut drops) = (0u64, 0u64, 0u64);
+    let mut tally = TxTally::default();
+    // This run sends until the tap or the ring is exhausted: no wakeups
+    // from either meanwhile (vhost_net_disable_vq, vhost_disable_notify).
+    active.backend.space = None;
     active.ring.disable_notify(&mem)?;
     let result = loop {
         if weight.exceeded() {
@@ -231,12 +251,8 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
             },
             Err(err) => break Err(err),
         };
-        match tx_one(active.backend, active.iov, &chain, hdr, &mut drops) {
-            Ok(TxStep::Consumed { sent: was_sent, len }) => {
-                if was_sent {
-                    sent += 1;
-                    sent_bytes += len as u64;
-                }
+        match tx_one(active.backend, active.iov, &chain, hdr, &mut tally) {
+            Ok(TxStep::Consumed { len }) => {
                 active.heads[pending] = UsedElem { head: chain.head, len: 0 };
                 pending += 1;
                 weight.packets += 1;
@@ -247,10 +263,13 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
                 active.backend.wait_for_space(active.waker);
                 break Ok(false);
             }
-            Err(err) => break Err(err),
+            Err(err) => {
+                active.ring.unpop(1);
+                break Err(err);
+            }
         }
         if pending == MAX_BATCH {
-            active.backend.send_batch(&mut drops);
+            active.backend.send_batch(&mut tally);
             if let Err(err) = active.publish(pending) {
                 break Err(err);
             }
@@ -261,13 +280,26 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     // consumed are published, however the run ended: their chains are
     // done. Data was copied out of the guest's buffers already, so the
     // order only keeps the guest's view simple: used means sent.
-    active.backend.send_batch(&mut drops);
+    active.backend.send_batch(&mut tally);
     let published = active.publish(pending);
-    active.stats.add_run(sent, sent_bytes, drops);
+    active.stats.add_run(tally.sent, tally.bytes, tally.drops);
     result.and_then(|more| published.map(|()| more))
 }
 
 impl Backend for TxQueue {
+    const HEADS: usize = MAX_BATCH;
+
+    fn is_file(&self, file: &File) -> bool {
+        self.sock.file().as_ptr() == file.as_ptr()
+    }
+
+    /// Polls for send space at once, as C does: `-EINVAL` if the tap
+    /// reports an error, and a first run if it has room.
+    fn enable(&mut self, waker: &Arc<Waker>) -> Result {
+        self.space = Some(FilePoll::start(self.sock.pollable(), POLLOUT, waker.clone())?);
+        Ok(())
+    }
+
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
         handle_tx(active)
     }
@@ -277,23 +309,23 @@ impl Backend for TxQueue {
 /// wakes the worker when packets arrive.
 pub(crate) struct RxQueue {
     batch: RxBatch,
-    poll: Pin<KBox<FilePoll>>,
+    /// Set once attached ([`Backend::enable`]).
+    poll: Option<Pin<KBox<FilePoll>>>,
     uiov: KVec<UserIov>,
 }
 
 impl RxQueue {
-    /// Starts listening to the tap behind `file` for packets.
-    pub(crate) fn new(file: ARef<File>, waker: &Arc<Waker>) -> Result<Self> {
-        let sock = Arc::new(TapSocket::new(file)?, GFP_KERNEL)?;
-        let batch = RxBatch::new(sock.clone())?;
-        let poll = FilePoll::start(sock.file().clone(), POLLIN, waker.clone())?;
-        Ok(Self { batch, poll, uiov: user_iov_scratch()? })
+    /// The RX side of the tap behind `file`.
+    pub(crate) fn new(file: ARef<File>) -> Result<Self> {
+        Ok(Self { batch: RxBatch::new(TapSocket::new(file)?)?, poll: None, uiov: user_iov_scratch()? })
     }
 
     /// Whether the tap's events wake the worker; see
     /// [`FilePoll::set_armed`].
     fn listen(&self, on: bool) {
-        self.poll.set_armed(on);
+        if let Some(poll) = &self.poll {
+            poll.set_armed(on);
+        }
     }
 
     /// The next packet's length, listening to the tap again (and looking
@@ -337,6 +369,10 @@ fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, merg
                 active.ring.unpop(heads as u16);
                 return Ok(Gather::Empty);
             }
+            // The chains taken so far left too few iov segments for this
+            // one: the packet needs more than one packet may use, which is
+            // not the guest's fault (pop consumed nothing).
+            Err(VringError::TooManySegments) if heads > 0 => return Ok(Gather::TooSmall { heads }),
             Err(err) => {
                 active.ring.unpop(heads as u16);
                 return Err(err);
@@ -363,8 +399,14 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
     let mem = OwnerMem;
     let hdr = HeaderLens::of(active);
     let mergeable = active.has_feature(feature::VIRTIO_NET_F_MRG_RXBUF);
+    // num_buffers is there with mergeable buffers or virtio 1.x, and must
+    // then be set (to 1 without mergeable buffers), as C's set_num_buffers.
+    let set_num_buffers = mergeable || active.has_feature(feature::VIRTIO_F_VERSION_1);
     let mut weight = Weight::default();
-    let (mut delivered, mut drops) = (0u64, 0u64);
+    let (mut delivered, mut bytes, mut drops) = (0u64, 0u64, 0u64);
+    // No kicks while this run takes buffers; the ring running empty asks
+    // for them again (vhost_disable_notify).
+    active.ring.disable_notify(&mem)?;
     // Packets that arrive while this run drains the tap need no wakeup; the
     // tap is listened to again only once it is found empty. Runs that end
     // for lack of guest buffers leave it quiet: the guest's kick brings the
@@ -414,38 +456,54 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
         weight.packets += 1;
         let rxq = &mut *active.backend;
         let nuiov = to_user_iov(&active.iov[..segs], hdr.vhost as u64, &mut rxq.uiov);
-        match rxq.batch.recv(&rxq.uiov[..nuiov], sock_len) {
-            Ok(got) if got == sock_len => {}
-            _ => {
-                // Truncated or failed: tun consumed the packet either way;
-                // count the drop and keep the buffers.
-                active.ring.unpop(heads as u16);
-                drops += 1;
-                continue;
-            }
+        if rxq.batch.recv(&rxq.uiov[..nuiov], sock_len) == Received::Lost {
+            // Truncated or failed: tun consumed the packet either way;
+            // count the drop and keep the buffers.
+            active.ring.unpop(heads as u16);
+            drops += 1;
+            continue;
         }
         let num_buffers = heads as u16;
         let written = if hdr.vhost > 0 {
-            let header = VirtioNetHdr { num_buffers: if mergeable { num_buffers } else { 0 }, ..Default::default() };
+            let header =
+                VirtioNetHdr { num_buffers: if set_num_buffers { num_buffers } else { 0 }, ..Default::default() };
             write_iov(&mem, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
-        } else if mergeable {
+        } else if set_num_buffers {
             write_iov(&mem, &active.iov[..segs], VirtioNetHdr::NUM_BUFFERS_OFFSET as u64, &num_buffers.to_le_bytes())
         } else {
             Ok(())
         };
         if let Err(err) = written {
+            // The packet is lost; its buffers go back with the ring's
+            // position (vhost_discard_vq_desc).
+            active.ring.unpop(heads as u16);
             break Err(err);
         }
         pending += heads;
         delivered += 1;
-        weight.bytes += sock_len as u64;
+        bytes += sock_len as u64;
+        // The weight counts what the guest sees, the header included.
+        weight.bytes += need;
     };
     let published = active.publish(pending);
-    active.stats.add_run(delivered, weight.bytes, drops);
+    active.stats.add_run(delivered, bytes, drops);
     result.and_then(|more| published.map(|()| more))
 }
 
 impl Backend for RxQueue {
+    /// One packet's buffers after up to `MAX_BATCH` unpublished ones.
+    const HEADS: usize = MAX_RX_HEADS + MAX_BATCH;
+
+    fn is_file(&self, file: &File) -> bool {
+        self.batch.sock().file().as_ptr() == file.as_ptr()
+    }
+
+    /// Listens to the tap for packets; a first run if it has some.
+    fn enable(&mut self, waker: &Arc<Waker>) -> Result {
+        self.poll = Some(FilePoll::start(self.batch.sock().pollable(), POLLIN, waker.clone())?);
+        Ok(())
+    }
+
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
         handle_rx(active)
     }

@@ -60,8 +60,10 @@ extern "C" {
     pub(crate) fn vnr_get_user_u16(uaddr: *const u16, val: *mut u16) -> c_int;
     pub(crate) fn vnr_put_user_u16(uaddr: *mut u16, val: u16) -> c_int;
 
-    // vnr_shim.h: the current task.
+    // vnr_shim.h: the current task and the address space.
     pub(crate) fn vnr_set_current_running();
+    pub(crate) fn vnr_cond_resched();
+    pub(crate) fn vnr_task_size_max() -> u64;
 
     // vnr_shim.h: TX batching into tun.
     pub(crate) fn vnr_xdp_buff_size() -> usize;

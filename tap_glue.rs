@@ -8,6 +8,7 @@
 //! packet ([`TapSocket::send`]), and one `recvmsg` per RX packet, taken off
 //! tun's queue in batches ([`RxBatch`]).
 
+use crate::file_poll::PollableFile;
 use crate::shim::{self, PtrRing, XdpBuff};
 use crate::uapi::VirtioNetHdr;
 use core::{
@@ -20,7 +21,7 @@ use kernel::{
     fs::File,
     page::PAGE_SIZE,
     prelude::*,
-    sync::{aref::ARef, Arc},
+    sync::aref::ARef,
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -101,34 +102,46 @@ impl TapSocket {
         &self.file
     }
 
-    fn msg(iov: &[UserIov], len: usize, dir: u32, flags: u32) -> bindings::msghdr {
+    /// The tap's file, to poll: a tun file's wait queue lives in its
+    /// `tun_file`, which lives as long as the file.
+    pub(crate) fn pollable(&self) -> PollableFile {
+        // SAFETY: See above; tun never frees its wait queue while the file
+        // is open (it does not use POLLFREE).
+        unsafe { PollableFile::new(self.file.clone()) }
+    }
+
+    /// Runs `f` with a message over the user buffers `iov` (`len` bytes).
+    /// The message points into `iov`, so it lives only inside this call.
+    fn with_msg<R>(iov: &[UserIov], len: usize, dir: u32, flags: u32, f: impl FnOnce(&mut bindings::msghdr) -> R) -> R {
         // SAFETY: `msghdr` is plain data for which all-zeroes is the empty
         // message, as the C code's `struct msghdr msg = {}`.
         let mut msg: bindings::msghdr = unsafe { core::mem::zeroed() };
         msg.msg_flags = flags;
         // SAFETY: `UserIov` has the layout of `struct iovec` (asserted where
-        // it is defined). The iovecs name user buffers: the iterator only
+        // it is defined), and `iov` outlives `msg`, which does not leave
+        // this function. The iovecs name user buffers: the iterator only
         // records them, and the socket copies through the user-access
         // helpers, which check and fault-handle every address.
         unsafe {
             bindings::iov_iter_init(&mut msg.msg_iter, dir, iov.as_ptr().cast(), iov.len(), len);
         }
-        msg
+        f(&mut msg)
     }
 
     /// Sends one packet gathered from the user buffers `iov` (`len` bytes in
     /// total).
     pub(crate) fn send(&self, iov: &[UserIov], len: usize) -> Result<(), SendError> {
-        let mut msg = Self::msg(iov, len, bindings::ITER_SOURCE, bindings::MSG_DONTWAIT);
         let sock = self.sock.as_ptr();
-        // SAFETY: `sock` is valid by the type invariant; tun sockets always
-        // have `ops->sendmsg`.
-        let ret = unsafe {
-            match (*(*sock).ops).sendmsg {
-                Some(sendmsg) => sendmsg(sock, &mut msg, len),
-                None => -(bindings::EOPNOTSUPP as c_int),
+        let ret = Self::with_msg(iov, len, bindings::ITER_SOURCE, bindings::MSG_DONTWAIT, |msg| {
+            // SAFETY: `sock` is valid by the type invariant; tun sockets
+            // always have `ops->sendmsg`.
+            unsafe {
+                match (*(*sock).ops).sendmsg {
+                    Some(sendmsg) => sendmsg(sock, msg, len),
+                    None => -(bindings::EOPNOTSUPP as c_int),
+                }
             }
-        };
+        });
         if ret < 0 {
             return Err(SendError::from_errno(ret));
         }
@@ -145,18 +158,21 @@ impl TapSocket {
     /// caller; tun consumes it whatever the outcome.
     unsafe fn recv_entry(&self, iov: &[UserIov], len: usize, entry: *mut c_void) -> Result<usize> {
         let flags = bindings::MSG_DONTWAIT | bindings::MSG_TRUNC;
-        let mut msg = Self::msg(iov, len, bindings::ITER_DEST, flags);
-        // tun_recvmsg() takes a queued packet from msg_control, as vhost does.
-        msg.__bindgen_anon_1.msg_control = entry;
         let sock = self.sock.as_ptr();
-        // SAFETY: `sock` is valid by the type invariant; tun sockets always
-        // have `ops->recvmsg`.
-        let ret = unsafe {
-            match (*(*sock).ops).recvmsg {
-                Some(recvmsg) => recvmsg(sock, &mut msg, len, flags as c_int),
-                None => -(bindings::EOPNOTSUPP as c_int),
+        let ret = Self::with_msg(iov, len, bindings::ITER_DEST, flags, |msg| {
+            // tun_recvmsg() takes a queued packet from msg_control, as vhost
+            // does.
+            msg.__bindgen_anon_1.msg_control = entry;
+            // SAFETY: `sock` is valid by the type invariant; tun sockets
+            // always have `ops->recvmsg`. `entry` is ours (the caller's
+            // contract) and tun consumes it.
+            unsafe {
+                match (*(*sock).ops).recvmsg {
+                    Some(recvmsg) => recvmsg(sock, msg, len, flags as c_int),
+                    None => -(bindings::EOPNOTSUPP as c_int),
+                }
             }
-        };
+        });
         if ret < 0 {
             return Err(Error::from_errno(ret));
         }
@@ -177,6 +193,16 @@ impl TapSocket {
     }
 }
 
+/// What [`RxBatch::recv`] did with the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Received {
+    /// The whole packet is in the buffers.
+    Whole,
+    /// It was truncated or tun failed: it is gone, the buffers hold nothing
+    /// of use.
+    Lost,
+}
+
 /// Packets an [`RxBatch`] takes off tun's ring at once (`VHOST_NET_BATCH`).
 const RX_BATCH: usize = 64;
 
@@ -191,7 +217,7 @@ const RX_BATCH: usize = 64;
 /// `queue[head..tail]` are entries taken from it and owned by this batch;
 /// they go back to the ring (or are freed) on drop.
 pub(crate) struct RxBatch {
-    sock: Arc<TapSocket>,
+    sock: TapSocket,
     ring: NonNull<PtrRing>,
     queue: [*mut c_void; RX_BATCH],
     head: usize,
@@ -204,7 +230,7 @@ unsafe impl Send for RxBatch {}
 
 impl RxBatch {
     /// The batch of the tap `sock`.
-    pub(crate) fn new(sock: Arc<TapSocket>) -> Result<Self> {
+    pub(crate) fn new(sock: TapSocket) -> Result<Self> {
         // SAFETY: The file is live (held by `sock`); the shim returns its tun
         // ring, or null for anything that is not tun.
         let raw = unsafe { shim::vnr_tun_rx_ring(sock.file.as_ptr()) };
@@ -248,14 +274,21 @@ impl RxBatch {
         Some(entry)
     }
 
+    /// The tap this batch reads.
+    pub(crate) fn sock(&self) -> &TapSocket {
+        &self.sock
+    }
+
     /// Receives the packet `peek_len` reported into `iov`, which has room
-    /// for `len` bytes. Returns the packet's length: larger than `len` if it
-    /// was truncated (and so lost). `Ok(0)` if none is queued.
-    pub(crate) fn recv(&mut self, iov: &[UserIov], len: usize) -> Result<usize> {
-        let Some(entry) = self.take() else { return Ok(0) };
+    /// for `len` bytes.
+    pub(crate) fn recv(&mut self, iov: &[UserIov], len: usize) -> Received {
+        let Some(entry) = self.take() else { return Received::Lost };
         // SAFETY: `entry` came from this tap's ring and is ours; tun
         // consumes it.
-        unsafe { self.sock.recv_entry(iov, len, entry) }
+        match unsafe { self.sock.recv_entry(iov, len, entry) } {
+            Ok(got) if got == len => Received::Whole,
+            _ => Received::Lost,
+        }
     }
 
     /// Drops the packet `peek_len` reported.
@@ -284,7 +317,17 @@ impl Drop for RxBatch {
 pub(crate) const TX_BATCH: usize = 64;
 
 /// The smallest frame the batch takes: an Ethernet header.
-const ETH_HLEN: usize = 14;
+const ETH_HLEN: usize = bindings::ETH_HLEN as usize;
+
+/// What became of a batch handed to tun.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BatchSent {
+    /// Packets (and their bytes) tun took.
+    pub(crate) packets: usize,
+    pub(crate) bytes: usize,
+    /// Packets tun refused, now freed.
+    pub(crate) lost: usize,
+}
 
 /// What [`TxBatch::add`] did with a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -308,14 +351,16 @@ pub(crate) enum Batched {
 ///
 /// # Invariants
 ///
-/// `xdp` holds `TX_BATCH` zero-initialised `struct xdp_buff`s of
-/// `xdp_size` bytes each; the first `count` describe fragments allocated
-/// from `frag` and owned by this batch until they are sent or freed.
+/// `xdp` holds room for `TX_BATCH` `struct xdp_buff`s of `xdp_size` bytes
+/// each; the first `count` were prepared by `vnr_xdp_prepare` and describe
+/// fragments allocated from `frag`, owned by this batch until they are sent
+/// or freed. `bytes` is the length of their frames.
 pub(crate) struct TxBatch {
     frag: bindings::page_frag_cache,
     xdp: KVec<u64>,
     xdp_size: usize,
     count: usize,
+    bytes: usize,
     shinfo: usize,
     rx_pad: usize,
     cache_line: usize,
@@ -341,6 +386,7 @@ impl TxBatch {
             xdp,
             xdp_size,
             count: 0,
+            bytes: 0,
             shinfo,
             rx_pad,
             cache_line,
@@ -398,6 +444,7 @@ impl TxBatch {
         };
         // INVARIANT: the new fragment is described by buff `count`.
         self.count += 1;
+        self.bytes += len;
         Batched::Added
     }
 
@@ -457,24 +504,25 @@ impl TxBatch {
 
     /// Hands the batch to tun. If tun refuses the whole batch (a detached
     /// tap: `-EBADFD`), the fragments are freed here, as the C driver's
-    /// `vhost_tx_batch` does; returns how many packets were lost.
-    pub(crate) fn send(&mut self, sock: &TapSocket) -> Result<(), usize> {
+    /// `vhost_tx_batch` does.
+    pub(crate) fn send(&mut self, sock: &TapSocket) -> BatchSent {
         if self.count == 0 {
-            return Ok(());
+            return BatchSent::default();
         }
-        let count = self.count;
+        let (packets, bytes) = (self.count, self.bytes);
         let base = self.slot(0);
         // SAFETY: `base` points at `count` prepared xdp_buffs; when tun
         // accepts the message it takes ownership of their fragments.
-        let ret = unsafe { shim::vnr_tun_send_batch(sock.sock.as_ptr(), base, count as c_uint) };
+        let ret = unsafe { shim::vnr_tun_send_batch(sock.sock.as_ptr(), base, packets as c_uint) };
         if ret < 0 {
             // Still ours: `free_all` releases them.
             self.free_all();
-            return Err(count);
+            return BatchSent { packets: 0, bytes: 0, lost: packets };
         }
         // INVARIANT: tun owns the fragments now.
         self.count = 0;
-        Ok(())
+        self.bytes = 0;
+        BatchSent { packets, bytes, lost: 0 }
     }
 
     /// Frees the fragments of the unsent packets.
@@ -488,6 +536,7 @@ impl TxBatch {
         }
         // INVARIANT: nothing is owned any more.
         self.count = 0;
+        self.bytes = 0;
     }
 }
 

@@ -15,6 +15,12 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
+/// The first address past the user address space (`TASK_SIZE_MAX`).
+pub(crate) fn user_limit() -> u64 {
+    // SAFETY: Reads a constant of the running kernel.
+    unsafe { shim::vnr_task_size_max() }
+}
+
 /// The current task's user address space, as seen by a worker.
 ///
 /// # Invariants

@@ -143,8 +143,9 @@ const _: () = {
 
 /// `VHOST_FILE_UNBIND`: an fd of -1 detaches a backend or an eventfd.
 pub(crate) const VHOST_FILE_UNBIND: i32 = -1;
-/// `1 << VHOST_VRING_F_LOG`: the only defined `vhost_vring_addr.flags` bit.
-pub(crate) const VHOST_VRING_F_LOG: u32 = 1 << 0;
+/// `1 << VHOST_VRING_F_LOG`: the only defined `vhost_vring_addr.flags` bit,
+/// as a mask (the C header defines its bit number, 0).
+pub(crate) const VHOST_VRING_F_LOG_MASK: u32 = 1 << 0;
 pub(crate) const VHOST_FORK_OWNER_KTHREAD: u8 = 0;
 pub(crate) const VHOST_FORK_OWNER_TASK: u8 = 1;
 

@@ -20,8 +20,9 @@
 //! reach; `vnr_shim.c` is its C side.
 //!
 //! `unsafe` lives in the FFI wrappers only: `shim.rs`, `uaccess.rs`,
-//! `eventfd.rs`, `file_poll.rs`, `worker.rs` and `tap_glue.rs`. The parsers,
-//! the queue rules, the data path and this file have none.
+//! `eventfd.rs`, `file_poll.rs`, `worker.rs` and `tap_glue.rs`, plus the
+//! `unsafe impl FromBytes/AsBytes` of the ABI structs in `uapi.rs`. The
+//! parsers, the queue rules, the data path and this file have none.
 //!
 //! # Lock order
 //!
@@ -58,9 +59,10 @@ mod worker;
 
 use eventfd::EventFd;
 use memory::{MemError, Region};
-use net::{RxQueue, TxQueue, RX_HEADS, TX_HEADS};
+use net::{RxQueue, TxQueue};
 use uapi::*;
-use virtqueue::{Backend, VirtQueue, VqState, USER_LIMIT};
+use uaccess::user_limit;
+use virtqueue::{Backend, VirtQueue};
 use worker::Worker;
 
 module! {
@@ -77,7 +79,10 @@ module! {
     },
 }
 
-/// The C driver's hard upper bound on regions; the parameter is clamped to it.
+/// The upper bound of `max_mem_regions`: QEMU's largest memory-slot count
+/// (`KVM_USER_MEM_SLOTS`, 509 on x86). The C driver's parameter is a
+/// `ushort` with no bound of its own; this keeps one table's allocation
+/// small.
 const MEM_REGIONS_HARD_MAX: u32 = 509;
 
 /// The queues of a device: vq 0 receives, vq 1 transmits.
@@ -189,7 +194,7 @@ fn queue_ioctl<B: Backend>(
     index: u32,
     cmd: u32,
     arg: usize,
-    attach: impl FnOnce(ARef<File>, &VqState<B>) -> Result<B>,
+    attach: impl FnOnce(ARef<File>) -> Result<B>,
 ) -> Result<isize> {
     let mut queue = vq.lock();
     match cmd {
@@ -236,7 +241,11 @@ fn queue_ioctl<B: Backend>(
                 VHOST_FILE_UNBIND => None,
                 fd => {
                     let file = tap_glue::backend_file(fd)?;
-                    Some(attach(file, &queue)?)
+                    if queue.backend_is(&file) {
+                        queue.reattach();
+                        return Ok(0);
+                    }
+                    Some(attach(file)?)
                 }
             };
             queue.set_backend(backend)?;
@@ -359,7 +368,7 @@ impl VhostNet {
         let mut regions = KVec::with_capacity(nregions, GFP_KERNEL)?;
         for _ in 0..nregions {
             let raw: MemoryRegion = reader.read()?;
-            let region = Region::new(raw.guest_phys_addr, raw.memory_size, raw.userspace_addr, USER_LIMIT)
+            let region = Region::new(raw.guest_phys_addr, raw.memory_size, raw.userspace_addr, user_limit())
                 .map_err(mem_errno)?;
             regions.push(region, GFP_KERNEL)?;
         }
@@ -376,8 +385,8 @@ impl VhostNet {
         // The vq index leads every vring ioctl argument; out of range is
         // -ENOBUFS, as in the C driver.
         match read_arg::<u32>(arg)? {
-            RX_INDEX => queue_ioctl(&self.rx, RX_INDEX, cmd, arg, |file, queue| RxQueue::new(file, queue.waker())),
-            TX_INDEX => queue_ioctl(&self.tx, TX_INDEX, cmd, arg, |file, _| TxQueue::new(file)),
+            RX_INDEX => queue_ioctl(&self.rx, RX_INDEX, cmd, arg, RxQueue::new),
+            TX_INDEX => queue_ioctl(&self.tx, TX_INDEX, cmd, arg, TxQueue::new),
             _ => Err(ENOBUFS),
         }
     }
@@ -446,8 +455,8 @@ impl MiscDevice for VhostNet {
     type Ptr = Pin<KBox<Self>>;
 
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
-        let rx = VirtQueue::new(RX_INDEX, RX_HEADS)?;
-        let tx = VirtQueue::new(TX_INDEX, TX_HEADS)?;
+        let rx = VirtQueue::new(RX_INDEX)?;
+        let tx = VirtQueue::new(TX_INDEX)?;
         KBox::try_pin_init(
             try_pin_init!(VhostNet {
                 state <- new_mutex!(DevState::new(VHOST_FORK_OWNER_TASK)),

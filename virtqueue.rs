@@ -27,11 +27,11 @@
 //! lock: they set an atomic flag and wake the worker.
 
 use crate::eventfd::EventFd;
-use crate::file_poll::{FilePoll, POLLIN};
+use crate::file_poll::{FilePoll, PollableFile, POLLIN};
 use crate::memory::Region;
-use crate::uaccess::OwnerMem;
-use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG};
-use crate::vring::{GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
+use crate::uaccess::{user_limit, OwnerMem};
+use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG_MASK};
+use crate::vring::{self, GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
 use crate::worker::{Waker, Work};
 use kernel::{
     fs::File,
@@ -39,23 +39,16 @@ use kernel::{
     prelude::*,
     seq_file::SeqFile,
     seq_print,
-    sync::{aref::ARef, Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard},
 };
 
 /// The memory table, shared by the queues of a device.
 pub(crate) type MemTable = KVec<Region>;
 
-/// Largest split ring the vhost ABI allows: `num` must fit in 16 bits and be
-/// a power of two.
-const VRING_MAX_NUM: u32 = 32768;
-
-/// The first address past the user address space on x86-64 with 4-level
-/// paging (`TASK_SIZE_MAX`). Anything above is refused at setup time; every
-/// access goes through the uaccess helpers, which check again.
-pub(crate) const USER_LIMIT: u64 = (1u64 << 47) - 4096;
-
-/// Alignment the virtio spec requires of each ring part.
-const DESC_ALIGN: u64 = 16;
+/// Alignment the C driver requires of the avail and used rings (and of the
+/// used ring's log address): `VRING_AVAIL_ALIGN_SIZE`,
+/// `VRING_USED_ALIGN_SIZE`. The descriptor table is read with byte copies,
+/// so, as in C, its address needs no alignment.
 const AVAIL_ALIGN: u64 = 2;
 const USED_ALIGN: u64 = 4;
 
@@ -69,6 +62,16 @@ pub(crate) const MAX_RX_HEADS: usize = MAX_SEGMENTS;
 
 /// The data path of a backend kind (RX or TX on a tap).
 pub(crate) trait Backend: Send + Sized + Unpin {
+    /// Used elements of scratch one run needs.
+    const HEADS: usize;
+
+    /// Whether this backend is the file `file`.
+    fn is_file(&self, file: &File) -> bool;
+
+    /// Starts listening to the backend's file, once it is sure to be
+    /// attached (vhost_net_enable_vq); an error leaves it unattached.
+    fn enable(&mut self, waker: &Arc<Waker>) -> Result;
+
     /// Runs the data path once over a running ring. Returns true if it
     /// stopped because its weight ran out and work remains. An error is a
     /// malformed ring: the queue stops (see [`VqState::fail`]).
@@ -100,6 +103,17 @@ struct RingAddr {
     desc: u64,
     avail: u64,
     used: u64,
+}
+
+impl RingAddr {
+    /// Whether the three parts of a ring of `num` entries lie in the user
+    /// address space (`vq_access_ok`).
+    fn in_user_space(&self, num: u32) -> bool {
+        let (desc_size, avail_size, used_size) = Vring::sizes(num, true);
+        let limit = user_limit();
+        let fits = |start: u64, size: u64| start.checked_add(size).is_some_and(|end| end <= limit);
+        fits(self.desc, desc_size) && fits(self.avail, avail_size) && fits(self.used, used_size)
+    }
 }
 
 /// Everything about a queue that changes, under `VirtQueue::state`.
@@ -192,7 +206,7 @@ fn ring_features(features: u64) -> RingFeatures {
     }
 }
 
-impl<B> VqState<B> {
+impl<B: Backend> VqState<B> {
     fn new(index: u32, waker: Arc<Waker>, nheads: usize) -> Result<Self> {
         let mut iov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
         iov.resize(MAX_SEGMENTS, Iov::default(), GFP_KERNEL)?;
@@ -226,36 +240,32 @@ impl<B> VqState<B> {
         if self.backend.is_some() {
             return Err(EBUSY);
         }
-        if num == 0 || num > VRING_MAX_NUM || !num.is_power_of_two() {
+        if num == 0 || num > vring::MAX_NUM || !num.is_power_of_two() {
             return Err(EINVAL);
         }
         self.num = num;
         Ok(())
     }
 
-    /// `VHOST_SET_VRING_ADDR`: aligned, inside the user address space. A
-    /// running ring moves to the new addresses where it stands.
+    /// `VHOST_SET_VRING_ADDR`: the avail and used rings aligned; with a
+    /// backend attached, the ring inside the user address space (the C
+    /// driver's `-EINVAL`; without one, [`VqState::set_backend`] checks it).
+    /// A running ring moves to the new addresses where it stands.
     pub(crate) fn set_addr(&mut self, addr: &VringAddr) -> Result {
-        if addr.flags & !VHOST_VRING_F_LOG != 0 {
+        if addr.flags & !VHOST_VRING_F_LOG_MASK != 0 {
             return Err(EOPNOTSUPP);
         }
         // Logging is not offered, so a log address is checked but not used.
-        if addr.desc_user_addr % DESC_ALIGN != 0
-            || addr.avail_user_addr % AVAIL_ALIGN != 0
+        if addr.avail_user_addr % AVAIL_ALIGN != 0
             || addr.used_user_addr % USED_ALIGN != 0
             || addr.log_guest_addr % USED_ALIGN != 0
         {
             return Err(EINVAL);
         }
-        let (desc_size, avail_size, used_size) = Vring::sizes(self.num, true);
-        let in_user = |start: u64, size: u64| start.checked_add(size).is_some_and(|end| end <= USER_LIMIT);
-        if !in_user(addr.desc_user_addr, desc_size)
-            || !in_user(addr.avail_user_addr, avail_size)
-            || !in_user(addr.used_user_addr, used_size)
-        {
-            return Err(EFAULT);
-        }
         let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
+        if self.backend.is_some() && !new.in_user_space(self.num) {
+            return Err(EINVAL);
+        }
         self.stop();
         self.addr = Some(new);
         // New addresses are a reconfiguration: a ring the guest corrupted
@@ -285,7 +295,7 @@ impl<B> VqState<B> {
     }
 
     /// `VHOST_SET_VRING_KICK`; `None` unbinds.
-    pub(crate) fn set_kick(&mut self, file: Option<ARef<File>>) -> Result {
+    pub(crate) fn set_kick(&mut self, file: Option<PollableFile>) -> Result {
         let poll = match file {
             Some(file) => Some(FilePoll::start(file, POLLIN, self.waker.clone())?),
             None => None,
@@ -317,9 +327,16 @@ impl<B> VqState<B> {
     /// follows them from its next access. Nothing is read from guest memory
     /// here, so the caller's address space does not matter.
     pub(crate) fn set_features(&mut self, features: u64) {
+        let old = ring_features(self.features);
         self.features = features;
+        let new = ring_features(features);
         if let Some(ring) = self.ring.as_mut() {
-            ring.set_features(ring_features(features));
+            ring.set_features(new);
+            if new.event_idx != old.event_idx {
+                // The guest's notification state must be published again
+                // in the new scheme: let the worker re-arm it.
+                self.waker.wake();
+            }
         }
     }
 
@@ -327,6 +344,9 @@ impl<B> VqState<B> {
     /// that waited only for a table starts; a stopped one stays stopped.
     pub(crate) fn set_mem(&mut self, mem: Arc<MemTable>) {
         self.mem = Some(mem);
+        // A guest that used memory before the table had it (a hotplug
+        // race) may run again; a stopped ring stays stopped.
+        self.broken = false;
         if self.ring.is_none() {
             self.start();
         }
@@ -339,29 +359,59 @@ impl<B> VqState<B> {
     /// one: packets it had taken off the tap go back in order.
     pub(crate) fn set_backend(&mut self, backend: Option<B>) -> Result {
         let addr = self.addr.ok_or(EFAULT)?;
-        let used_idx = if backend.is_some() {
-            // vhost_vq_init_access: the ring must be reachable, and the
-            // device continues from the guest's used index.
-            let mem = OwnerMem;
-            mem.read_u16(Vring::avail_idx_addr_of(addr.avail)).map_err(|_| EFAULT)?;
-            mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)?
-        } else {
-            self.used_idx
+        let mut backend = backend;
+        let used_idx = match backend.as_mut() {
+            Some(new) => {
+                let used_idx = Self::init_access(&addr, self.num)?;
+                new.enable(&self.waker)?;
+                used_idx
+            }
+            None => self.used_idx,
         };
         self.stop();
         drop(self.backend.take());
         self.backend = backend;
-        self.used_idx = used_idx;
+        if self.backend.is_some() {
+            self.used_idx = used_idx;
+        }
         self.stopped = false;
         self.broken = false;
         self.start();
         Ok(())
     }
 
+    /// `VHOST_NET_SET_BACKEND` with the file that is attached already: as
+    /// in the C driver nothing is rebuilt, but a ring `GET_VRING_BASE`
+    /// stopped runs again (in C it never stopped).
+    pub(crate) fn reattach(&mut self) {
+        self.stopped = false;
+        self.start();
+    }
+
     /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd, as
-    /// the C driver does: the ring addresses must be set (`-EFAULT`).
+    /// the C driver does: the ring addresses must be set (`-EFAULT`, for
+    /// an unbind too).
     pub(crate) fn check_ring_addr(&self) -> Result {
         self.addr.map(|_| ()).ok_or(EFAULT)
+    }
+
+    /// Whether the attached backend is `file`.
+    pub(crate) fn backend_is(&self, file: &File) -> bool {
+        self.backend.as_ref().is_some_and(|backend| backend.is_file(file))
+    }
+
+    /// `vhost_vq_init_access`: the ring must lie in the user address space
+    /// and be reachable, its used flags writable (they are reset, so a
+    /// stale `NO_NOTIFY` does not linger), and the device continues from
+    /// the guest's used index, which it returns. `-EFAULT` otherwise.
+    fn init_access(addr: &RingAddr, num: u32) -> Result<u16> {
+        if !addr.in_user_space(num) {
+            return Err(EFAULT);
+        }
+        let mem = OwnerMem;
+        mem.write_u16(Vring::used_flags_addr_of(addr.used), 0).map_err(|_| EFAULT)?;
+        mem.read_u16(Vring::avail_idx_addr_of(addr.avail)).map_err(|_| EFAULT)?;
+        mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
     }
 
     /// Detaches the backend and stops the ring: the first step of taking
@@ -428,21 +478,22 @@ impl<B> VqState<B> {
         })
     }
 
-    /// Reports a malformed ring: error eventfd, counter, one debug line. The
-    /// ring stays stopped until userspace reconfigures it, so a hostile
-    /// guest cannot make the worker spin or flood the log.
+    /// Reports an error of the data path: error eventfd, counter, one debug
+    /// line. A malformed ring stays stopped until userspace reconfigures
+    /// it, so a hostile guest cannot make the worker spin or flood the log.
+    /// A fault on the owner's memory (userspace unmapped or protected a
+    /// ring) is not the guest's doing: the queue tries again at the next
+    /// kick, as the C driver does for every error.
     pub(crate) fn fail(&mut self, err: VringError) {
-        self.stop();
-        self.broken = true;
         self.stats.errors += 1;
         if let Some(eventfd) = &self.err {
             eventfd.signal();
         }
-        pr_debug!("vhost-net-rs: vq {} stopped: {:?}\n", self.index, err);
-    }
-
-    pub(crate) fn waker(&self) -> &Arc<Waker> {
-        &self.waker
+        pr_debug!("vhost-net-rs: vq {}: {:?}\n", self.index, err);
+        if err != VringError::Fault {
+            self.stop();
+            self.broken = true;
+        }
     }
 
     /// One line of `/proc/PID/fdinfo/FD`.
@@ -481,10 +532,10 @@ pub(crate) struct VirtQueue<B> {
 }
 
 impl<B: Backend> VirtQueue<B> {
-    /// Queue `index` of a device; `nheads` used elements of scratch.
-    pub(crate) fn new(index: u32, nheads: usize) -> Result<Arc<Self>> {
+    /// Queue `index` of a device.
+    pub(crate) fn new(index: u32) -> Result<Arc<Self>> {
         let waker = Waker::new()?;
-        let state = VqState::new(index, waker.clone(), nheads)?;
+        let state = VqState::new(index, waker.clone(), B::HEADS)?;
         Arc::pin_init(pin_init!(VirtQueue { waker, state <- new_mutex!(state) }), GFP_KERNEL)
     }
 

@@ -11,6 +11,10 @@
 #include <linux/skbuff.h>
 #include <linux/uaccess.h>
 #include <linux/vhost.h>
+#include <linux/virtio_config.h>
+#include <linux/virtio_features.h>
+#include <linux/virtio_net.h>
+#include <linux/virtio_ring.h>
 #include <net/sock.h>
 #include <net/xdp.h>
 #include "vnr_shim.h"
@@ -61,6 +65,20 @@ static_assert(VHOST_SET_FORK_FROM_OWNER == 0x4001af84);
 static_assert(VHOST_GET_FORK_FROM_OWNER == 0x8001af85);
 static_assert(VHOST_FILE_UNBIND == -1);
 static_assert(VHOST_VRING_F_LOG == 0);
+static_assert(VHOST_FORK_OWNER_KTHREAD == 0 && VHOST_FORK_OWNER_TASK == 1);
+/* uapi.rs's feature bit numbers, and VIRTIO_FEATURES_U64S. */
+static_assert(VIRTIO_NET_F_MRG_RXBUF == 15 && VIRTIO_F_NOTIFY_ON_EMPTY == 24);
+static_assert(VIRTIO_F_ANY_LAYOUT == 27 && VHOST_NET_F_VIRTIO_NET_HDR == 27);
+static_assert(VIRTIO_RING_F_INDIRECT_DESC == 28 && VIRTIO_RING_F_EVENT_IDX == 29);
+static_assert(VIRTIO_F_VERSION_1 == 32);
+static_assert(VIRTIO_FEATURES_U64S == 2);
+/* uapi.rs's VirtioNetHdr, and vring.rs's descriptor and ring flags. */
+static_assert(sizeof(struct virtio_net_hdr) == 10 && sizeof(struct virtio_net_hdr_mrg_rxbuf) == 12);
+static_assert(offsetof(struct virtio_net_hdr_mrg_rxbuf, num_buffers) == 10);
+static_assert(VIRTIO_NET_HDR_F_NEEDS_CSUM == 1);
+static_assert(VRING_DESC_F_NEXT == 1 && VRING_DESC_F_WRITE == 2 && VRING_DESC_F_INDIRECT == 4);
+static_assert(VRING_USED_F_NO_NOTIFY == 1 && VRING_AVAIL_F_NO_INTERRUPT == 1);
+static_assert(sizeof(struct vring_desc) == 16 && sizeof(struct vring_used_elem) == 8);
 
 /* file_poll.rs spells the poll bits out: bindgen cannot read them. */
 static_assert(EPOLLIN == 0x0001 && EPOLLOUT == 0x0004 && EPOLLERR == 0x0008);
@@ -79,6 +97,17 @@ int vnr_put_user_u16(u16 __user *uaddr, u16 val)
 void vnr_set_current_running(void)
 {
 	__set_current_state(TASK_RUNNING);
+}
+
+void vnr_cond_resched(void)
+{
+	cond_resched();
+}
+
+/* The first address past the user address space (access_ok's limit). */
+u64 vnr_task_size_max(void)
+{
+	return TASK_SIZE_MAX;
 }
 
 size_t vnr_xdp_buff_size(void)

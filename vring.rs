@@ -37,6 +37,9 @@ const USED_ELEM_SIZE: u64 = 8;
 /// Used elements written in one user copy (256 bytes of stack).
 const USED_CHUNK: usize = 32;
 
+/// Largest ring: `num` is a power of two that fits the 16-bit indices.
+pub(crate) const MAX_NUM: u32 = 32768;
+
 /// Most segments one chain may have once translated (`UIO_MAXIOV`).
 pub(crate) const MAX_SEGMENTS: usize = 1024;
 
@@ -79,6 +82,8 @@ pub(crate) enum VringError {
     /// An RX chain with no writable bytes: it cannot hold any part of a
     /// packet, and must not be counted in `num_buffers`.
     EmptyRxBuffer,
+    /// A TX chain shorter than the virtio-net header it must start with.
+    ShortPacket,
 }
 
 impl From<MemError> for VringError {
@@ -217,7 +222,7 @@ impl Vring {
         features: RingFeatures,
     ) -> Option<Self> {
         let num = layout.num;
-        if num == 0 || num > 32768 || !num.is_power_of_two() {
+        if num == 0 || num > MAX_NUM || !num.is_power_of_two() {
             return None;
         }
         let mask = (num - 1) as u16;
@@ -260,6 +265,11 @@ impl Vring {
         used + 2
     }
 
+    /// The guest address of `used->flags`.
+    pub(crate) fn used_flags_addr_of(used: u64) -> u64 {
+        used
+    }
+
     /// The guest address of `avail->idx`.
     pub(crate) fn avail_idx_addr_of(avail: u64) -> u64 {
         avail + 2
@@ -289,7 +299,7 @@ impl Vring {
         self.avail + 4 + 2 * self.num64()
     }
     fn used_flags_addr(&self) -> u64 {
-        self.used
+        Self::used_flags_addr_of(self.used)
     }
     fn used_idx_addr(&self) -> u64 {
         Self::used_idx_addr_of(self.used)
@@ -542,11 +552,14 @@ impl Vring {
     }
 
     /// Asks the guest to kick again (clears `NO_NOTIFY`, or publishes
-    /// `avail_event`). Returns true if buffers arrived meanwhile, in which
-    /// case the caller must keep processing, and must charge that retry to
-    /// its weight: a guest that keeps moving `avail->idx` must not keep the
-    /// device looping. The index read is cached and checked like any other,
-    /// so the next [`Vring::pop`] does not read it again.
+    /// `avail_event`). Returns true if `avail->idx` moved since it was last
+    /// read, in which case the caller must keep processing, and must charge
+    /// that retry to its weight: a guest that keeps moving `avail->idx` must
+    /// not keep the device looping. Entries seen before (and put back with
+    /// [`Vring::unpop`] because a packet needed more) do not count: the
+    /// device waits for the guest to add buffers, rather than spin on the
+    /// ones that were not enough. The index read is checked and cached
+    /// like any other.
     pub(crate) fn enable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
         if self.features.event_idx {
             mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
@@ -556,7 +569,9 @@ impl Vring {
         // The store above must be visible before we look at avail->idx, or a
         // kick could be lost.
         mem.mb();
-        Ok(self.refresh_avail(mem)? != 0)
+        let seen = self.avail_idx;
+        self.refresh_avail(mem)?;
+        Ok(self.avail_idx != seen)
     }
 
     /// Asks the guest not to kick while the device is polling the ring.

@@ -60,12 +60,14 @@ impl Waker {
     /// task (as `VHOST_WORK_QUEUED` does in C).
     pub(crate) fn wake(&self) {
         self.wakeups.fetch_add(1, Ordering::Relaxed);
-        // AcqRel: the event that led here happens before the worker's run.
-        if self.pending.swap(true, Ordering::AcqRel) {
+        // SeqCst: the event that led here happens before the worker's run,
+        // and this swap and the load of `task` below pair with
+        // `Worker::start`'s store of `task` and load of `pending`.
+        if self.pending.swap(true, Ordering::SeqCst) {
             return;
         }
         let _rcu = kernel::sync::rcu::read_lock();
-        let task = self.task.load(Ordering::Acquire);
+        let task = self.task.load(Ordering::SeqCst);
         if !task.is_null() {
             // SAFETY: By the type invariant the task is not freed before a
             // grace period after `task` was cleared, and we are inside a
@@ -130,9 +132,11 @@ unsafe extern "C" fn worker_fn<T: Work>(arg: *mut c_void) -> bool {
     // SAFETY: Sets the current task's own state, as the C helper does.
     unsafe { shim::vnr_set_current_running() };
     if work.run() {
-        // The weight ran out: requeue, then let the scheduler in before the
-        // next run (vhost_task_fn calls cond_resched between works).
+        // The weight ran out: requeue, and let the scheduler in before the
+        // next run, as C's vhost_run_work_list does between works.
         work.waker().wake();
+        // SAFETY: Process context, no locks held.
+        unsafe { shim::vnr_cond_resched() };
     }
     true
 }
@@ -160,7 +164,17 @@ impl<T: Work> Worker<T> {
         let task = NonNull::new(raw).ok_or(ENOMEM)?;
         // SAFETY: A freshly created task, started once.
         unsafe { shim::vhost_task_start(task.as_ptr()) };
-        work.waker().task.store(task.as_ptr(), Ordering::Release);
+        let waker = work.waker();
+        waker.task.store(task.as_ptr(), Ordering::SeqCst);
+        // A wake that came before the store set `pending` but found no task
+        // to wake; later ones find `pending` set and wake nobody. Either
+        // that wake's load of `task` (SeqCst, after its swap of `pending`)
+        // saw the store above, or this load sees its `pending`.
+        if waker.pending.load(Ordering::SeqCst) {
+            // SAFETY: The task was started above and is not stopped before
+            // this `Worker` is dropped.
+            unsafe { shim::vhost_task_wake(task.as_ptr()) };
+        }
         // INVARIANT: created and started above; `work` is held.
         Ok(Self { task, work })
     }

@@ -149,8 +149,9 @@ TEST(d1_tx_batch_pages_freed_when_tap_deleted)
 		       attempt + 1, before, after, after - before, D1_DEVICES, D1_PACKETS);
 		if (best < 0 || before - after < best)
 			best = before - after;
-		/* Within noise, or far beyond it: no point in another try. */
-		if (best <= D1_LIMIT_KB || before - after > 4 * D1_LIMIT_KB)
+		/* Within noise, or as far beyond it as a leak of every fragment
+		 * goes (about 110 MiB a round): no point in another try. */
+		if (best <= D1_LIMIT_KB || before - after > 10 * D1_LIMIT_KB)
 			break;
 	}
 	EXPECT_EQ(0, fails);
@@ -695,5 +696,87 @@ TEST(d11_odd_unaligned_regions_carry_traffic)
 		h_mem_unalias(alias[i], cut[i + 1] - cut[i]);
 	h_teardown(&d);
 }
+
+/*
+ * Found in review: with mergeable buffers, a packet that needs more buffers
+ * than the guest has posted must leave the RX worker asleep until the guest
+ * adds some (C: vhost_get_avail_idx reports only an index it has not seen).
+ * A driver that takes the buffers it put back for "new" ones spins its
+ * worker at full weight, requeueing itself, for as long as the guest waits.
+ * vhost-net-rs counts its worker's wakeups in fdinfo; C has no such count,
+ * so this case is vhost-net-rs's own.
+ */
+TEST(r1_rx_waits_for_buffers_without_spinning)
+{
+	struct h_dev d;
+	struct h_opts o = opts;
+	struct h_vq *v;
+	uint8_t frame[1000], got[2048];
+	uint64_t before, after;
+	uint16_t nb;
+	ssize_t len;
+	unsigned int i;
+
+	if (h_on_c_driver())
+		SKIP(return, "counts vhost-net-rs's worker wakeups (fdinfo)");
+	o.rx_buf = 64;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	v = &d.vq[0];
+	/* Four 64-byte buffers; the frame with its header needs 16. */
+	for (i = 0; i < 4; i++) {
+		v->vr.desc[i] = (struct vring_desc){ h_buf(&d, 0, i), v->buf_size, VRING_DESC_F_WRITE, 0 };
+		h_publish(&d, 0, i);
+	}
+	h_kick(&d, 0);
+	h_frame(frame, 3, sizeof(frame));
+	ASSERT_EQ(sizeof(frame), send(d.pkt, frame, sizeof(frame), 0));
+	usleep(200 * 1000);
+	before = h_fdinfo_u64(&d, "vq0:", "wakeups=");
+	usleep(1000 * 1000);
+	after = h_fdinfo_u64(&d, "vq0:", "wakeups=");
+	EXPECT_GE(5, after - before) TH_LOG("the RX worker woke %llu times in 1 s waiting for buffers",
+					   (unsigned long long)(after - before));
+	EXPECT_EQ(0, h_used_pending(&d, 0));
+	/* Once the guest posts enough, the frame arrives whole. */
+	h_rx_fill(&d, 32);
+	len = h_rx_take(&d, got, sizeof(got), &nb);
+	ASSERT_LT(0, len);
+	EXPECT_EQ(16, nb);	/* (1000 + 12) / 64, rounded up */
+	EXPECT_EQ(3, h_check_frame(got + d.hdr_len, len - d.hdr_len, sizeof(frame)));
+	h_teardown(&d);
+}
+
+/*
+ * Found in review: with VIRTIO_F_VERSION_1 and without mergeable buffers,
+ * the header still has num_buffers, and the device must set it to 1 (virtio
+ * 1.x 5.1.6.3.1; C's set_num_buffers), in both header modes.
+ */
+static void num_buffers_is_one(struct __test_metadata *_metadata, bool vhost_hdr)
+{
+	struct h_dev d;
+	struct h_opts o = opts;
+	uint8_t frame[200], got[2048];
+	uint16_t nb;
+	ssize_t len;
+
+	o.mrg_rxbuf = false;
+	o.vhost_hdr = vhost_hdr;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	ASSERT_EQ(12, d.hdr_len);
+	/* Poison the buffers, so that a field left alone shows. */
+	memset(h_ptr(&d, h_buf(&d, 0, 0)), 0xa5, (size_t)d.vq[0].num * d.vq[0].buf_size);
+	h_rx_fill(&d, d.vq[0].num);
+	h_frame(frame, 9, sizeof(frame));
+	ASSERT_EQ(sizeof(frame), send(d.pkt, frame, sizeof(frame), 0));
+	len = h_rx_take(&d, got, sizeof(got), &nb);
+	ASSERT_LT(0, len);
+	memcpy(&nb, got + 10, 2);
+	EXPECT_EQ(1, nb);
+	EXPECT_EQ(9, h_check_frame(got + d.hdr_len, len - d.hdr_len, sizeof(frame)));
+	h_teardown(&d);
+}
+
+TEST(r2_num_buffers_is_one_with_version_1) { num_buffers_is_one(_metadata, true); }
+TEST(r2_num_buffers_is_one_with_version_1_tap_header) { num_buffers_is_one(_metadata, false); }
 
 TEST_HARNESS_MAIN

@@ -238,7 +238,59 @@ TEST(vring_addr_checks)
 	a.used_user_addr = 0x30000;
 	a.avail_user_addr = 0x20001;	/* avail ring must be 2-byte aligned */
 	EXPECT_EQ(-EINVAL, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
+	a.avail_user_addr = 0x20000;
+	/* The descriptor table needs no alignment (C reads it byte-wise). */
+	a.desc_user_addr = 0x10008;
+	EXPECT_EQ(0, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
+	/* Without a backend, a range outside user space is taken (C checks it
+	 * when a backend is attached). */
+	a.desc_user_addr = 0xffff888000000000ULL;
+	EXPECT_EQ(0, xioctl(fd, VHOST_SET_VRING_ADDR, &a));
 	close(fd);
+}
+
+/*
+ * Backend rules of the C driver (vhost_net_set_backend), as measured on it:
+ * before the ring addresses are set, any SET_BACKEND is -EFAULT, an unbind
+ * and a non-socket fd alike; a ring outside user space is -EFAULT at
+ * attach, and with a backend attached SET_VRING_ADDR refuses one with
+ * -EINVAL; binding the attached tap again changes nothing.
+ */
+TEST(backend_and_ring_address_rules)
+{
+	struct h_opts o = { .num = 64, .event_idx = true, .mrg_rxbuf = true, .version_1 = true,
+			    .tap_offload = -1 };
+	struct vhost_vring_file b = { .index = 1, .fd = -1 };
+	struct vhost_vring_addr a = { .index = 1 };
+	struct h_dev d;
+	int fd = open_dev(_metadata), pipefd[2];
+
+	ASSERT_EQ(0, xioctl(fd, VHOST_SET_OWNER, NULL));
+	EXPECT_EQ(-EFAULT, xioctl(fd, VHOST_NET_SET_BACKEND, &b));
+	ASSERT_EQ(0, pipe(pipefd));
+	b.fd = pipefd[0];
+	EXPECT_EQ(-EFAULT, xioctl(fd, VHOST_NET_SET_BACKEND, &b));
+	close(pipefd[0]);
+	close(pipefd[1]);
+	close(fd);
+
+	ASSERT_EQ(0, h_setup(&d, &o));
+	a.desc_user_addr = (uint64_t)(uintptr_t)d.vq[1].vr.desc;
+	a.avail_user_addr = (uint64_t)(uintptr_t)d.vq[1].vr.avail;
+	a.used_user_addr = 0xffff888000000000ULL;	/* a kernel address */
+	EXPECT_EQ(-EINVAL, xioctl(d.fd, VHOST_SET_VRING_ADDR, &a));
+	EXPECT_EQ(0, h_tx_one(&d, d.pkt, 1));
+	/* The same tap again: nothing changes, traffic goes on. */
+	b.fd = d.tap;
+	EXPECT_EQ(0, xioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	EXPECT_EQ(0, h_tx_one(&d, d.pkt, 2));
+	/* Detached, the same address is taken, and the attach refuses it. */
+	b.fd = -1;
+	EXPECT_EQ(0, xioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	EXPECT_EQ(0, xioctl(d.fd, VHOST_SET_VRING_ADDR, &a));
+	b.fd = d.tap;
+	EXPECT_EQ(-EFAULT, xioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	h_teardown(&d);
 }
 
 struct memtab {

@@ -97,7 +97,7 @@ pub fn run(inp: Input) {
                         let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
                         assert_eq!(total, c.out_len + c.in_len);
                         for s in &iov[..c.out + c.inn] {
-                            assert!(regions.iter().any(|g| s.addr >= g.uaddr && s.addr + s.len <= g.uaddr + g.size));
+                            assert!(regions.iter().any(|g| s.addr >= g.uaddr() && s.addr + s.len <= g.uaddr() + g.size()));
                         }
                         outstanding += 1;
                     }

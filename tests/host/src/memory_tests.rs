@@ -25,7 +25,7 @@ fn region_rejects_zero_wrap_and_kernel_addresses() {
 fn validate_sorts_and_rejects_too_many() {
     let mut v = vec![r(0x10000, 0x1000, 0x5000), r(0, 0x1000, 0x9000)];
     validate(&mut v, 64).unwrap();
-    assert_eq!(v[0].gpa, 0);
+    assert_eq!(v[0].gpa(), 0);
     // Overlaps are taken, as the C driver takes them.
     let mut v = vec![r(0, 0x2000, 0), r(0x1000, 0x1000, 0x10000)];
     validate(&mut v, 64).unwrap();
@@ -135,9 +135,9 @@ fn random_overlapping_tables_match_the_model() {
         for gpa in 0..0xb00u64 {
             let model = given
                 .iter()
-                .filter(|g| g.gpa <= gpa && gpa < g.gpa + g.size)
-                .min_by_key(|g| g.gpa)
-                .map(|g| g.uaddr + (gpa - g.gpa));
+                .filter(|g| g.gpa() <= gpa && gpa < g.gpa() + g.size())
+                .min_by_key(|g| g.gpa())
+                .map(|g| g.uaddr() + (gpa - g.gpa()));
             let got = segs(&t, gpa, 1).ok().map(|v| v[0].uaddr);
             assert_eq!(got, model, "gpa {gpa:#x} in {given:?}");
         }

@@ -101,7 +101,7 @@ pub fn one_state(seed: u64) -> usize {
                 assert_eq!(total, c.out_len + c.in_len);
                 for s in &iov[..c.out + c.inn] {
                     let inside = regions.iter().any(|g| {
-                        s.addr >= g.uaddr && s.addr + s.len <= g.uaddr + g.size
+                        s.addr >= g.uaddr() && s.addr + s.len <= g.uaddr() + g.size()
                     });
                     assert!(inside, "segment {s:?} outside guest memory");
                 }
