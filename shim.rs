@@ -53,7 +53,6 @@ extern "C" {
     pub(crate) fn vhost_task_wake(task: *mut VhostTask);
 
     // include/linux/if_tun.h
-    pub(crate) fn tun_get_socket(file: *mut bindings::file) -> *mut bindings::socket;
     pub(crate) fn tun_ptr_free(ptr: *mut c_void);
 
     // vnr_shim.h: 16-bit user accesses.
@@ -81,8 +80,9 @@ extern "C" {
     pub(crate) fn vnr_sock_can_batch(sock: *mut bindings::socket) -> bool;
     pub(crate) fn vnr_tun_send_batch(sock: *mut bindings::socket, xdp: *mut XdpBuff, n: c_uint) -> c_int;
 
-    // vnr_shim.h: RX batching from tun's ring.
-    pub(crate) fn vnr_tun_rx_ring(file: *mut bindings::file) -> *mut PtrRing;
+    // vnr_shim.h: the backend socket, and RX batching from its ring.
+    pub(crate) fn vnr_backend_socket(file: *mut bindings::file) -> *mut bindings::socket;
+    pub(crate) fn vnr_backend_rx_ring(file: *mut bindings::file) -> *mut PtrRing;
     pub(crate) fn vnr_rx_ring_consume(
         file: *mut bindings::file,
         ring: *mut PtrRing,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The tap backend: the socket behind a `/dev/net/tun` file.
+//! The tap backend: the socket behind a `/dev/net/tun` tap file or a
+//! macvtap file (`/dev/tapN`, libvirt's `<interface type='direct'>`).
 //!
 //! Packets go straight between the owner's buffers (described by user
 //! iovecs) and the tun socket, without a copy into userspace in between:
@@ -69,12 +70,13 @@ impl SendError {
     }
 }
 
-/// A tap (tun with `IFF_TAP`) file used as a backend.
+/// A tap (tun with `IFF_TAP`) or macvtap file used as a backend.
 ///
 /// # Invariants
 ///
-/// `sock` is the socket of `file`, returned by `tun_get_socket`; it lives as
-/// long as the file, on which we hold a reference.
+/// `sock` is the socket of `file`, returned by `tun_get_socket` or
+/// `tap_get_socket`; it lives as long as the file, on which we hold a
+/// reference.
 pub(crate) struct TapSocket {
     file: ARef<File>,
     sock: NonNull<bindings::socket>,
@@ -87,12 +89,14 @@ unsafe impl Send for TapSocket {}
 unsafe impl Sync for TapSocket {}
 
 impl TapSocket {
-    /// The tap behind `file`. Anything that is not a tun/tap file (a pipe,
-    /// an eventfd, a regular file, another kind of socket) is `-ENOTSOCK`.
+    /// The tap behind `file`. Anything that is not a tap or macvtap file (a
+    /// pipe, an eventfd, a regular file, another kind of socket) is
+    /// `-ENOTSOCK`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
-        // SAFETY: `file` is a live file; `tun_get_socket` only checks its
-        // `f_op` and returns ERR_PTR for anything that is not tun.
-        let raw = unsafe { shim::tun_get_socket(file.as_ptr()) };
+        // SAFETY: `file` is a live file; `tun_get_socket` and
+        // `tap_get_socket` only check its `f_op` and return ERR_PTR for
+        // anything else.
+        let raw = unsafe { shim::vnr_backend_socket(file.as_ptr()) };
         let raw = kernel::error::from_err_ptr(raw).map_err(|_| ENOTSOCK)?;
         // INVARIANT: the socket of `file`.
         Ok(Self { file, sock: NonNull::new(raw).ok_or(ENOTSOCK)? })
@@ -103,10 +107,11 @@ impl TapSocket {
     }
 
     /// The tap's file, to poll: a tun file's wait queue lives in its
-    /// `tun_file`, which lives as long as the file.
+    /// `tun_file`, a macvtap file's in its `tap_queue`, and both live as
+    /// long as the file.
     pub(crate) fn pollable(&self) -> PollableFile {
-        // SAFETY: See above; tun never frees its wait queue while the file
-        // is open (it does not use POLLFREE).
+        // SAFETY: See above; neither frees its wait queue while the file is
+        // open (neither uses POLLFREE).
         unsafe { PollableFile::new(self.file.clone()) }
     }
 
@@ -231,9 +236,9 @@ unsafe impl Send for RxBatch {}
 impl RxBatch {
     /// The batch of the tap `sock`.
     pub(crate) fn new(sock: TapSocket) -> Result<Self> {
-        // SAFETY: The file is live (held by `sock`); the shim returns its tun
-        // ring, or null for anything that is not tun.
-        let raw = unsafe { shim::vnr_tun_rx_ring(sock.file.as_ptr()) };
+        // SAFETY: The file is live (held by `sock`); the shim returns its
+        // tun or macvtap ring, or null for anything else.
+        let raw = unsafe { shim::vnr_backend_rx_ring(sock.file.as_ptr()) };
         let ring = NonNull::new(raw).ok_or(ENOTSOCK)?;
         // INVARIANT: the ring of `sock`'s file; nothing taken yet.
         Ok(Self { sock, ring, queue: [core::ptr::null_mut(); RX_BATCH], head: 0, tail: 0 })

@@ -3,6 +3,7 @@
 #include <linux/build_bug.h>
 #include <linux/cache.h>
 #include <linux/poll.h>
+#include <linux/if_tap.h>
 #include <linux/if_tun.h>
 #include <linux/if_vlan.h>
 #include <linux/net.h>
@@ -162,16 +163,31 @@ int vnr_tun_send_batch(struct socket *sock, struct xdp_buff *xdp, unsigned int n
 	return sock->ops->sendmsg(sock, &msg, 0);
 }
 
-struct ptr_ring *vnr_tun_rx_ring(struct file *file)
+/*
+ * The socket of a tap (tun with IFF_TAP) or macvtap file, or ERR_PTR for
+ * anything else (get_tap_socket in drivers/vhost/net.c).
+ */
+struct socket *vnr_backend_socket(struct file *file)
 {
-	struct ptr_ring *r = tun_get_tx_ring(file);
+	struct socket *sock = tun_get_socket(file);
 
-	return IS_ERR(r) ? NULL : r;
+	return IS_ERR(sock) ? tap_get_socket(file) : sock;
+}
+
+/* The queue of packets for the reader of a tap or macvtap file, or NULL. */
+struct ptr_ring *vnr_backend_rx_ring(struct file *file)
+{
+	struct ptr_ring *ring = tun_get_tx_ring(file);
+
+	if (IS_ERR(ring))
+		ring = tap_get_ptr_ring(file);
+	return IS_ERR(ring) ? NULL : ring;
 }
 
 /*
  * Takes up to n queued packets, and lets a tap stopped by IFF_BACKPRESSURE
- * queue again once there is room (vhost_net_buf_produce).
+ * queue again once there is room (vhost_net_buf_produce; a no-op for
+ * macvtap).
  */
 int vnr_rx_ring_consume(struct file *file, struct ptr_ring *ring, void **q, int n)
 {

@@ -42,8 +42,9 @@ void *vnr_xdp_data(struct xdp_buff *xdp);
 bool vnr_sock_can_batch(struct socket *sock);
 int vnr_tun_send_batch(struct socket *sock, struct xdp_buff *xdp, unsigned int n);
 
-/* vnr_tun_rx_ring returns NULL for anything that is not tun. */
-struct ptr_ring *vnr_tun_rx_ring(struct file *file);
+/* Tap (tun) and macvtap backends; anything else is ERR_PTR / NULL. */
+struct socket *vnr_backend_socket(struct file *file);
+struct ptr_ring *vnr_backend_rx_ring(struct file *file);
 int vnr_rx_ring_consume(struct file *file, struct ptr_ring *ring, void **q, int n);
 void vnr_rx_ring_unconsume(struct ptr_ring *ring, void **q, int n);
 int vnr_rx_ptr_len(void *ptr);

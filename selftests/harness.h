@@ -74,6 +74,7 @@ struct h_dev {
 	int fd;			/* /dev/vhost-net-rs or /dev/vhost-net */
 	int tap, pkt, ifindex;
 	char ifname[IFNAMSIZ];
+	char parent[IFNAMSIZ];	/* macvtap: its veth parent (deleted at teardown) */
 	uint8_t *mem;
 	uint64_t features;
 	bool vhost_hdr;		/* VHOST_NET_F_VIRTIO_NET_HDR: vhost adds/strips */
@@ -91,6 +92,7 @@ struct h_opts {
 	int tap_offload;	/* TUNSETOFFLOAD flags, -1: leave */
 	int tap_flags;		/* extra TUNSETIFF flags (IFF_BACKPRESSURE, ...) */
 	bool shared_mem;	/* guest memory MAP_SHARED, so h_mem_alias works */
+	bool macvtap;		/* backend: a macvtap on a veth, not a tap */
 };
 
 static inline uint64_t h_now_ns(void)
@@ -179,6 +181,60 @@ static inline int h_tap_open(struct h_dev *d, bool vnet_hdr, int offload)
 
 /* An AF_PACKET socket on d's tap for ethertype `proto`, that does not see
  * its own sends; with vnet_hdr, frames carry a virtio header (GSO). */
+/*
+ * A macvtap backend, as libvirt's <interface type='direct'> makes one: a
+ * veth pair (parent vnrpPID.N, peer vnrqPID.N), a macvtap in bridge mode on
+ * the parent, and its /dev/tapIFINDEX opened like a tap. d->ifindex is the
+ * peer's, so the packet socket sees what the guest sends and injects what
+ * it receives.
+ */
+static inline int h_macvtap_open(struct h_dev *d, bool vnet_hdr, int offload)
+{
+	static int seq;
+	char cmd[512], peer[IFNAMSIZ], path[64];
+	struct ifreq ifr = { 0 };
+	int n = getpid() % 10000, tries, fd, r;
+	unsigned int idx;
+
+	snprintf(d->parent, IFNAMSIZ, "vnrp%d.%d", n, seq);
+	snprintf(peer, IFNAMSIZ, "vnrq%d.%d", n, seq);
+	snprintf(d->ifname, IFNAMSIZ, "vnrm%d.%d", n, seq++);
+	snprintf(cmd, sizeof(cmd),
+		 "ip link add %s type veth peer name %s && "
+		 "ip link add link %s name %s type macvtap mode bridge && "
+		 "ip link set %s up && ip link set %s up && ip link set %s up",
+		 d->parent, peer, d->parent, d->ifname, d->parent, peer, d->ifname);
+	if (system(cmd)) {
+		d->parent[0] = 0;
+		return -ENODEV;
+	}
+	idx = if_nametoindex(d->ifname);
+	snprintf(path, sizeof(path), "/dev/tap%u", idx);
+	/* devtmpfs adds the node asynchronously. */
+	for (tries = 0; (fd = open(path, O_RDWR | O_NONBLOCK)) < 0 && errno == ENOENT && tries < 100; tries++)
+		usleep(20 * 1000);
+	if (fd < 0)
+		return -errno;
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0)
+		goto err;
+	if (vnet_hdr) {
+		int sz = d->hdr_len;
+
+		if (ioctl(fd, TUNSETVNETHDRSZ, &sz) < 0)
+			goto err;
+	}
+	if (offload >= 0 && ioctl(fd, TUNSETOFFLOAD, (unsigned long)offload) < 0)
+		goto err;
+	d->ifindex = if_nametoindex(peer);
+	d->tap = fd;
+	return 0;
+err:
+	r = -errno;
+	close(fd);
+	return r;
+}
+
 static inline int h_packet_socket(struct h_dev *d, uint16_t proto, bool vnet_hdr)
 {
 	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(proto),
@@ -391,7 +447,11 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 		      (o->shared_mem ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (d->mem == MAP_FAILED)
 		return -errno;
-	if ((r = h_tap_open_flags(d, !o->vhost_hdr, o->tap_offload, o->tap_flags)))
+	if (o->macvtap)
+		r = h_macvtap_open(d, !o->vhost_hdr, o->tap_offload);
+	else
+		r = h_tap_open_flags(d, !o->vhost_hdr, o->tap_offload, o->tap_flags);
+	if (r)
 		return r;
 	if ((r = h_pkt_open(d)))
 		return r;
@@ -401,6 +461,15 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 static inline void h_teardown(struct h_dev *d)
 {
 	h_detach(d);
+	if (d->parent[0]) {
+		char cmd[64];
+
+		/* Takes the macvtap and the veth peer with it. */
+		snprintf(cmd, sizeof(cmd), "ip link del %s", d->parent);
+		if (system(cmd))
+			fprintf(stderr, "# %s failed\n", cmd);
+		d->parent[0] = 0;
+	}
 	if (d->tap >= 0)
 		close(d->tap);
 	if (d->pkt >= 0)
