@@ -128,7 +128,7 @@ TEST(features_offered_and_checked)
 	__u64 want = (1ULL << VHOST_NET_F_VIRTIO_NET_HDR) | (1ULL << VIRTIO_NET_F_MRG_RXBUF) |
 		     (1ULL << VIRTIO_RING_F_INDIRECT_DESC) | (1ULL << VIRTIO_RING_F_EVENT_IDX) |
 		     (1ULL << VIRTIO_F_NOTIFY_ON_EMPTY) | (1ULL << VIRTIO_F_ANY_LAYOUT) |
-		     (1ULL << VIRTIO_F_VERSION_1);
+		     (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_F_RING_RESET);
 	__u64 f = 0, bad;
 
 	if (h_on_c_driver())
