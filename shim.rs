@@ -61,6 +61,7 @@ extern "C" {
 
     // vnr_shim.h: the current task and the address space.
     pub(crate) fn vnr_set_current_running();
+    pub(crate) fn vnr_set_current_interruptible();
     pub(crate) fn vnr_cond_resched();
     pub(crate) fn vnr_task_size_max() -> u64;
 

@@ -132,7 +132,8 @@ struct DevState {
     features: u64,
     backend_features: u64,
     nregions: usize,
-    /// `VHOST_SET_FORK_FROM_OWNER`: workers as vhost_tasks (1) or kthreads (0).
+    /// `VHOST_SET_FORK_FROM_OWNER`: workers as vhost_tasks (1) or kthreads
+    /// in the owner's address space (0).
     fork_owner: u8,
 }
 
@@ -270,7 +271,9 @@ impl VhostNet {
         st.workers = None;
         self.rx.lock().reset();
         self.tx.lock().reset();
-        *st = DevState::new(st.fork_owner);
+        // Like the C driver (vhost_dev_reset_owner), the worker kind goes
+        // back to its default too.
+        *st = DevState::new(VHOST_FORK_OWNER_TASK);
     }
 
     fn set_owner(&self) -> Result<isize> {
@@ -283,9 +286,21 @@ impl VhostNet {
             let mm = current.mm().ok_or(EINVAL)?;
             ARef::from(&**mm)
         };
-        let rx = Worker::start(self.rx.clone(), c"vhost-net-rs-rx")?;
-        let tx = Worker::start(self.tx.clone(), c"vhost-net-rs-tx")?;
-        st.workers = Some(Workers { _rx: rx, _tx: tx });
+        let workers = if st.fork_owner == VHOST_FORK_OWNER_KTHREAD {
+            // Kthreads borrow the owner's address space: they need a user
+            // reference on it (the C driver's get_task_mm).
+            let user = mm.mmget_not_zero().ok_or(EINVAL)?;
+            Workers {
+                _rx: Worker::start_kthread(self.rx.clone(), c"vhost-net-rs-rx", user.clone())?,
+                _tx: Worker::start_kthread(self.tx.clone(), c"vhost-net-rs-tx", user)?,
+            }
+        } else {
+            Workers {
+                _rx: Worker::start(self.rx.clone(), c"vhost-net-rs-rx")?,
+                _tx: Worker::start(self.tx.clone(), c"vhost-net-rs-tx")?,
+            }
+        };
+        st.workers = Some(workers);
         st.owner = Some(mm);
         Ok(0)
     }
@@ -397,12 +412,10 @@ impl VhostNet {
         }
         let mode: u8 = read_arg(arg)?;
         match mode {
-            VHOST_FORK_OWNER_TASK => {
+            VHOST_FORK_OWNER_TASK | VHOST_FORK_OWNER_KTHREAD => {
                 st.fork_owner = mode;
                 Ok(0)
             }
-            // kthread workers (with kthread_use_mm) are not implemented.
-            VHOST_FORK_OWNER_KTHREAD => Err(EOPNOTSUPP),
             _ => Err(EINVAL),
         }
     }

@@ -100,6 +100,12 @@ void vnr_set_current_running(void)
 	__set_current_state(TASK_RUNNING);
 }
 
+/* With the full barrier of set_current_state(), for a sleep-wake loop. */
+void vnr_set_current_interruptible(void)
+{
+	set_current_state(TASK_INTERRUPTIBLE);
+}
+
 void vnr_cond_resched(void)
 {
 	cond_resched();

@@ -6,7 +6,8 @@
  * - get_user() and put_user() are macros that compile to one 16-bit load or
  *   store with exception-table fixups; the Rust uaccess API copies bytes,
  *   which may tear a ring index across a 256 boundary.
- * - __set_current_state(), cond_resched() and TASK_SIZE_MAX are macros.
+ * - set_current_state(), __set_current_state(), cond_resched() and
+ *   TASK_SIZE_MAX are macros.
  * - struct xdp_buff and struct tun_msg_ctl have no Rust bindings, and the
  *   helpers that fill them are inline: TX batching into tun (TUN_MSG_PTR),
  *   as drivers/vhost/net.c does it.
@@ -29,6 +30,7 @@ int vnr_get_user_u16(const u16 __user *uaddr, u16 *val);
 int vnr_put_user_u16(u16 __user *uaddr, u16 val);
 
 void vnr_set_current_running(void);
+void vnr_set_current_interruptible(void);
 void vnr_cond_resched(void);
 u64 vnr_task_size_max(void);
 

@@ -3,17 +3,20 @@
 //! Workers: one kernel thread per virtqueue that runs the queue's data path
 //! when something (a kick, the tap, a requeue) wakes it.
 //!
-//! A [`Worker`] is a `vhost_task`: a thread of the owner process, sharing its
-//! address space, accounted to it, and killed with it. A [`Waker`] is where
+//! A [`Worker`] is a `vhost_task`, a thread of the owner process sharing its
+//! address space, accounted to it and killed with it (the default,
+//! `VHOST_FORK_OWNER_TASK`), or, with `VHOST_SET_FORK_FROM_OWNER 0`, a
+//! kthread that adopts the owner's address space (`kthread_use_mm`) and
+//! cgroups, as the C driver's older workers do. A [`Waker`] is where
 //! wakeups go: it may be reached from any context, including wait-queue
 //! callbacks with a spinlock held, so it only touches atomics and wakes the
 //! task inside an RCU read-side section.
 //!
 //! # Lifetime of the task pointer
 //!
-//! The task is freed by `vhost_task_stop`. [`Worker::drop`] first clears the
-//! waker's task pointer, then waits for an RCU grace period, then stops the
-//! task. [`Waker::wake`] loads the pointer and calls `vhost_task_wake` inside
+//! The task is freed by `vhost_task_stop` (or ends at `kthread_stop`).
+//! [`Worker::drop`] first clears the waker's task pointer, then waits for an
+//! RCU grace period, then stops the task. [`Waker::wake`] loads the pointer and calls `vhost_task_wake` inside
 //! one RCU read-side section, so any wake that saw the pointer has returned
 //! before the grace period ends, and no later wake can see it: the task is
 //! never woken after it is freed (the C driver's `vhost_worker` RCU rule).
@@ -26,19 +29,33 @@ use crate::shim;
 use core::{
     ffi::c_void,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering},
+    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering},
 };
-use kernel::{error::from_err_ptr, prelude::*, sync::Arc};
+use kernel::{
+    bindings,
+    error::from_err_ptr,
+    ffi::c_int,
+    mm::MmWithUser,
+    prelude::*,
+    sync::{aref::ARef, Arc},
+};
+
+/// What kind of thread a [`Waker`] wakes.
+const KIND_VHOST_TASK: u8 = 0;
+const KIND_KTHREAD: u8 = 1;
 
 /// Where wakeups of one queue go: a pending-work flag and the worker to wake.
 ///
 /// # Invariants
 ///
-/// `task` is null or a started `vhost_task` that is not freed before an RCU
-/// grace period has passed since `task` was cleared (see the module doc).
+/// `task` is null or a started thread of the kind `kind` says (a
+/// `struct vhost_task` or a kthread's `struct task_struct`) that is not
+/// freed before an RCU grace period has passed since `task` was cleared
+/// (see the module doc). `kind` is written before `task` is set.
 pub(crate) struct Waker {
     pending: AtomicBool,
-    task: AtomicPtr<shim::VhostTask>,
+    task: AtomicPtr<c_void>,
+    kind: AtomicU8,
     wakeups: AtomicU64,
 }
 
@@ -48,6 +65,7 @@ impl Waker {
             Self {
                 pending: AtomicBool::new(false),
                 task: AtomicPtr::new(core::ptr::null_mut()),
+                kind: AtomicU8::new(KIND_VHOST_TASK),
                 wakeups: AtomicU64::new(0),
             },
             GFP_KERNEL,
@@ -69,10 +87,26 @@ impl Waker {
         let _rcu = kernel::sync::rcu::read_lock();
         let task = self.task.load(Ordering::SeqCst);
         if !task.is_null() {
-            // SAFETY: By the type invariant the task is not freed before a
-            // grace period after `task` was cleared, and we are inside a
-            // read-side section that began before we loaded it.
-            unsafe { shim::vhost_task_wake(task) };
+            // SAFETY: By the type invariant the task is of the kind `kind`
+            // says and is not freed before a grace period after `task` was
+            // cleared, and we are inside a read-side section that began
+            // before we loaded it.
+            unsafe { Self::wake_task(self.kind.load(Ordering::SeqCst), task) };
+        }
+    }
+
+    /// Wakes `task`, a thread of kind `kind`.
+    ///
+    /// # Safety
+    ///
+    /// `task` is a live, started thread of that kind.
+    unsafe fn wake_task(kind: u8, task: *mut c_void) {
+        if kind == KIND_KTHREAD {
+            // SAFETY: A live task_struct, by the caller's contract.
+            unsafe { bindings::wake_up_process(task.cast()) };
+        } else {
+            // SAFETY: A live, started vhost_task, by the caller's contract.
+            unsafe { shim::vhost_task_wake(task.cast()) };
         }
     }
 
@@ -97,19 +131,33 @@ pub(crate) trait Work: Send + Sync {
     fn run(&self) -> bool;
 }
 
-/// A running `vhost_task` that services `work`.
+/// The thread of a [`Worker`].
+enum Thread<T: Work> {
+    /// A `vhost_task` of the owner.
+    Task(NonNull<shim::VhostTask>),
+    /// A kthread in the owner's address space; `args` is its argument and
+    /// lives until the thread has stopped.
+    Kthread { task: NonNull<bindings::task_struct>, _args: KBox<KthreadArgs<T>> },
+}
+
+/// What a kthread worker runs with.
+struct KthreadArgs<T: Work> {
+    work: Arc<T>,
+    mm: ARef<MmWithUser>,
+}
+
+/// A running thread that services `work`.
 ///
 /// # Invariants
 ///
-/// `task` was returned by `vhost_task_create` and started; it is stopped
-/// exactly once, in `Drop`. `work` outlives the task, whose argument points
-/// to it.
+/// `thread` was created and started; it is stopped exactly once, in
+/// `Drop`. `work` outlives the thread, whose argument points to it.
 pub(crate) struct Worker<T: Work> {
-    task: NonNull<shim::VhostTask>,
+    thread: Thread<T>,
     work: Arc<T>,
 }
 
-// SAFETY: The vhost_task API may be used from any thread.
+// SAFETY: The vhost_task and kthread APIs may be used from any thread.
 unsafe impl<T: Work> Send for Worker<T> {}
 // SAFETY: `Worker` has no `&self` methods.
 unsafe impl<T: Work> Sync for Worker<T> {}
@@ -151,7 +199,85 @@ unsafe extern "C" fn worker_killed(_arg: *mut c_void) {
     // on it any more; the device is torn down when its file is released.
 }
 
+/// The kthread body: the C driver's `vhost_run_work_kthread_list` for one
+/// work item. Sleeps until woken with work pending, runs it, and stops when
+/// `kthread_stop` asks.
+///
+/// # Safety
+///
+/// `arg` must point to a live `KthreadArgs<T>` (the `Worker` guarantees it
+/// until `kthread_stop` has returned).
+unsafe extern "C" fn kthread_fn<T: Work>(arg: *mut c_void) -> c_int {
+    // SAFETY: See above.
+    let args = unsafe { &*arg.cast::<KthreadArgs<T>>() };
+    let mm = args.mm.as_raw();
+    // SAFETY: A kthread adopting a live address space (`args.mm` holds a
+    // user reference on it) until the matching unuse below.
+    unsafe { bindings::kthread_use_mm(mm) };
+    loop {
+        // Pairs with the barrier in kthread_stop and wake_up_process: a
+        // stop or a wakeup after this line is seen below or ends schedule.
+        // SAFETY: Sets the current task's own state.
+        unsafe { shim::vnr_set_current_interruptible() };
+        // SAFETY: Called from a kthread.
+        if unsafe { bindings::kthread_should_stop() } {
+            // SAFETY: As above.
+            unsafe { shim::vnr_set_current_running() };
+            break;
+        }
+        if !args.work.waker().take_pending() {
+            // SAFETY: Process context, no locks held.
+            unsafe { bindings::schedule() };
+            continue;
+        }
+        // SAFETY: As above.
+        unsafe { shim::vnr_set_current_running() };
+        if args.work.run() {
+            args.work.waker().wake();
+            // SAFETY: Process context, no locks held.
+            unsafe { shim::vnr_cond_resched() };
+        }
+    }
+    // SAFETY: Undoes the use above.
+    unsafe { bindings::kthread_unuse_mm(mm) };
+    0
+}
+
 impl<T: Work> Worker<T> {
+    /// Creates and starts a kthread worker for `work` that runs in `mm`
+    /// and in the calling task's cgroups (`VHOST_FORK_OWNER_KTHREAD`).
+    pub(crate) fn start_kthread(work: Arc<T>, name: &'static CStr, mm: ARef<MmWithUser>) -> Result<Self> {
+        let args = KBox::new(KthreadArgs { work: work.clone(), mm }, GFP_KERNEL)?;
+        let arg = core::ptr::from_ref::<KthreadArgs<T>>(&args).cast_mut().cast::<c_void>();
+        // SAFETY: `kthread_fn::<T>` matches the thread function type, `arg`
+        // stays valid while `args` is held by the returned `Worker` (until
+        // the thread has stopped), and "%s" takes the NUL-terminated
+        // `name`.
+        let raw = from_err_ptr(unsafe {
+            bindings::kthread_create_on_node(
+                Some(kthread_fn::<T>),
+                arg,
+                bindings::NUMA_NO_NODE,
+                c"%s".as_char_ptr(),
+                name.as_char_ptr(),
+            )
+        })?;
+        let task = NonNull::new(raw).ok_or(ENOMEM)?;
+        // Accounted like the C driver's kthread workers: the owner's
+        // cgroups (vhost_attach_task_to_cgroups).
+        // SAFETY: `task` is a live kthread that has not run yet; `current`
+        // is the owner.
+        let attached = unsafe { bindings::cgroup_attach_task_all(kernel::task::Task::current_raw(), task.as_ptr()) };
+        let worker = Self::publish(work, Thread::Kthread { task, _args: args }, KIND_KTHREAD, task.as_ptr().cast());
+        // SAFETY: A created kthread, woken once to start it.
+        unsafe { bindings::wake_up_process(task.as_ptr()) };
+        if attached != 0 {
+            // Dropping the worker stops the thread.
+            return Err(Error::from_errno(attached));
+        }
+        Ok(worker)
+    }
+
     /// Creates and starts a worker in the calling process.
     pub(crate) fn start(work: Arc<T>, name: &'static CStr) -> Result<Self> {
         let arg = Arc::as_ptr(&work).cast_mut().cast::<c_void>();
@@ -164,29 +290,47 @@ impl<T: Work> Worker<T> {
         let task = NonNull::new(raw).ok_or(ENOMEM)?;
         // SAFETY: A freshly created task, started once.
         unsafe { shim::vhost_task_start(task.as_ptr()) };
+        Ok(Self::publish(work, Thread::Task(task), KIND_VHOST_TASK, task.as_ptr().cast()))
+    }
+
+    /// Makes the started thread `task` (of kind `kind`) the one `work`'s
+    /// waker wakes, and wakes it if a wakeup came first.
+    fn publish(work: Arc<T>, thread: Thread<T>, kind: u8, task: *mut c_void) -> Self {
         let waker = work.waker();
-        waker.task.store(task.as_ptr(), Ordering::SeqCst);
+        waker.kind.store(kind, Ordering::SeqCst);
+        waker.task.store(task, Ordering::SeqCst);
         // A wake that came before the store set `pending` but found no task
         // to wake; later ones find `pending` set and wake nobody. Either
         // that wake's load of `task` (SeqCst, after its swap of `pending`)
         // saw the store above, or this load sees its `pending`.
         if waker.pending.load(Ordering::SeqCst) {
-            // SAFETY: The task was started above and is not stopped before
-            // this `Worker` is dropped.
-            unsafe { shim::vhost_task_wake(task.as_ptr()) };
+            // SAFETY: The thread was started by the caller and is not
+            // stopped before the returned `Worker` is dropped.
+            unsafe { Waker::wake_task(kind, task) };
         }
-        // INVARIANT: created and started above; `work` is held.
-        Ok(Self { task, work })
+        // INVARIANT: the caller created and started `thread`; `work` is
+        // held.
+        Self { thread, work }
     }
 }
 
 impl<T: Work> Drop for Worker<T> {
     fn drop(&mut self) {
-        self.work.waker().task.store(core::ptr::null_mut(), Ordering::Release);
+        self.work.waker().task.store(core::ptr::null_mut(), Ordering::SeqCst);
         // Every wake that saw the pointer has returned after this.
         kernel::sync::rcu::synchronize_rcu();
-        // SAFETY: Started in `start`, stopped only here. This waits for the
-        // task to leave `worker_fn`, after which `work` is no longer used.
-        unsafe { shim::vhost_task_stop(self.task.as_ptr()) };
+        match &self.thread {
+            // SAFETY: Started in `start`, stopped only here. This waits for
+            // the task to leave `worker_fn`, after which `work` is no longer
+            // used.
+            Thread::Task(task) => unsafe { shim::vhost_task_stop(task.as_ptr()) },
+            Thread::Kthread { task, .. } => {
+                // SAFETY: Started in `start_kthread` and not stopped before;
+                // kthread_stop takes its own reference and waits for
+                // `kthread_fn` to return, after which its argument is no
+                // longer used.
+                unsafe { bindings::kthread_stop(task.as_ptr()) };
+            }
+        }
     }
 }

@@ -553,4 +553,54 @@ TEST(ring_reset_one_queue_while_the_other_runs)
 	h_teardown(&d);
 }
 
+/* Threads of this process (the vhost_task workers are among them). */
+static int thread_count(void)
+{
+	char buf[512];
+	int n = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/*
+ * VHOST_SET_FORK_FROM_OWNER 0: the workers are kthreads that adopt the
+ * owner's address space, not threads of the owner. Only before SET_OWNER
+ * (EBUSY after), only 0 or 1 (EINVAL), read back by GET, and RESET_OWNER
+ * returns to the default (1), as in C. Traffic flows both ways on them.
+ */
+TEST(kthread_workers)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	uint8_t mode = 7;
+	int before = thread_count();
+
+	o.kthread_workers = true;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_GET_FORK_FROM_OWNER, &mode));
+	EXPECT_EQ(VHOST_FORK_OWNER_KTHREAD, mode);
+	/* No worker among this process's threads. */
+	EXPECT_EQ(before, thread_count());
+	mode = VHOST_FORK_OWNER_TASK;
+	EXPECT_EQ(-EBUSY, h_ioctl(d.fd, VHOST_SET_FORK_FROM_OWNER, &mode));
+	EXPECT_EQ(0, h_run_tx(&d, 2000, 100, 0));
+	EXPECT_EQ(0, h_run_rx(&d, 2000, 100));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_RESET_OWNER, NULL));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_GET_FORK_FROM_OWNER, &mode));
+	EXPECT_EQ(VHOST_FORK_OWNER_TASK, mode);
+	mode = 2;
+	EXPECT_EQ(-EINVAL, h_ioctl(d.fd, VHOST_SET_FORK_FROM_OWNER, &mode));
+	/* Back to vhost_task workers: threads of this process again. */
+	ASSERT_EQ(0, h_configure(&d, &o));
+	EXPECT_LT(before, thread_count());
+	EXPECT_EQ(0, h_run_tx(&d, 100, 100, 0));
+	h_teardown(&d);
+}
+
 TEST_HARNESS_MAIN

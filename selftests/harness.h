@@ -93,6 +93,7 @@ struct h_opts {
 	int tap_flags;		/* extra TUNSETIFF flags (IFF_BACKPRESSURE, ...) */
 	bool shared_mem;	/* guest memory MAP_SHARED, so h_mem_alias works */
 	bool macvtap;		/* backend: a macvtap on a veth, not a tap */
+	bool kthread_workers;	/* VHOST_SET_FORK_FROM_OWNER 0 before SET_OWNER */
 };
 
 static inline uint64_t h_now_ns(void)
@@ -304,6 +305,13 @@ static inline int h_attach(struct h_dev *d, const struct h_opts *o)
 	d->fd = open(dev, O_RDWR);
 	if (d->fd < 0)
 		return -errno;
+	if (o->kthread_workers) {
+		uint8_t mode = VHOST_FORK_OWNER_KTHREAD;
+		int r = h_ioctl(d->fd, VHOST_SET_FORK_FROM_OWNER, &mode);
+
+		if (r)
+			return r;
+	}
 	return h_configure(d, o);
 }
 
