@@ -238,17 +238,26 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
         }
         let chain = match active.ring.pop(&mem, active.mem, active.iov) {
             Ok(Some(chain)) => chain,
-            Ok(None) => match active.wait_for_kick() {
-                // Buffers arrived meanwhile: go on, but charge the retry
-                // to the weight, so a guest flipping avail->idx cannot
-                // keep this worker looping.
-                Ok(true) => {
-                    weight.packets += 1;
-                    continue;
+            Ok(None) => {
+                // With a busy-loop timeout, watch the ring a while before
+                // sleeping: the guest, not asked to kick, may add more.
+                match active.busy_poll(|active| Ok(active.ring.refresh_avail(&mem)? != 0)) {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(err) => break Err(err),
                 }
-                Ok(false) => break Ok(false),
-                Err(err) => break Err(err),
-            },
+                match active.wait_for_kick() {
+                    // Buffers arrived meanwhile: go on, but charge the
+                    // retry to the weight, so a guest flipping avail->idx
+                    // cannot keep this worker looping.
+                    Ok(true) => {
+                        weight.packets += 1;
+                        continue;
+                    }
+                    Ok(false) => break Ok(false),
+                    Err(err) => break Err(err),
+                }
+            }
             Err(err) => break Err(err),
         };
         match tx_one(active.backend, active.iov, &chain, hdr, &mut tally) {
@@ -426,7 +435,19 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
         if weight.exceeded() {
             break Ok(true);
         }
-        let Some(len) = active.backend.next_len() else { break Ok(false) };
+        let len = match active.backend.batch.peek_len() {
+            Some(len) => len,
+            // With a busy-loop timeout, watch the tap a while before
+            // sleeping on it.
+            None => match active.busy_poll(|active| Ok(active.backend.batch.peek_len().is_some())) {
+                Ok(true) => continue,
+                Ok(false) => match active.backend.next_len() {
+                    Some(len) => len,
+                    None => break Ok(false),
+                },
+                Err(err) => break Err(err),
+            },
+        };
         let sock_len = len + hdr.sock;
         let need = (sock_len + hdr.vhost) as u64;
         let (heads, segs) = match gather_rx(active, pending, need, mergeable) {

@@ -63,6 +63,7 @@ extern "C" {
     pub(crate) fn vnr_set_current_running();
     pub(crate) fn vnr_set_current_interruptible();
     pub(crate) fn vnr_cond_resched();
+    pub(crate) fn vnr_busy_poll_should_stop() -> bool;
     pub(crate) fn vnr_task_size_max() -> u64;
 
     // vnr_shim.h: TX batching into tun.

@@ -9,6 +9,7 @@
 #include <linux/net.h>
 #include <linux/ptr_ring.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/skbuff.h>
 #include <linux/uaccess.h>
 #include <linux/vhost.h>
@@ -109,6 +110,12 @@ void vnr_set_current_interruptible(void)
 void vnr_cond_resched(void)
 {
 	cond_resched();
+}
+
+/* need_resched() and signal_pending() are inline. */
+bool vnr_busy_poll_should_stop(void)
+{
+	return need_resched() || signal_pending(current);
 }
 
 /* The first address past the user address space (access_ok's limit). */

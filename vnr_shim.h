@@ -32,6 +32,7 @@ int vnr_put_user_u16(u16 __user *uaddr, u16 val);
 void vnr_set_current_running(void);
 void vnr_set_current_interruptible(void);
 void vnr_cond_resched(void);
+bool vnr_busy_poll_should_stop(void);
 u64 vnr_task_size_max(void);
 
 size_t vnr_xdp_buff_size(void);

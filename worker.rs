@@ -121,6 +121,13 @@ impl Waker {
     }
 }
 
+/// Whether a worker that busy-polls must stop: the scheduler wants the CPU
+/// or a signal is pending (C's `vhost_can_busy_poll`).
+pub(crate) fn should_stop_polling() -> bool {
+    // SAFETY: Reads the current task's flags.
+    unsafe { shim::vnr_busy_poll_should_stop() }
+}
+
 /// Work run by a [`Worker`].
 pub(crate) trait Work: Send + Sync {
     /// The waker whose pending flag starts a run.

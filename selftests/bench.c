@@ -43,6 +43,7 @@ static const char *backend = "rs", *mode = "tx";
 static size_t size = 64;
 static double secs = 2.0;
 static int nq = 1;
+static unsigned int busy_us;	/* -p: busy-loop timeout, µs */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -424,15 +425,17 @@ int main(int argc, char **argv)
 	uint32_t lost = 0;
 	int c, i;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:h")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:h")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
 		case 's': size = strtoul(optarg, NULL, 0); break;
 		case 't': secs = atof(optarg); break;
 		case 'q': nq = atoi(optarg); break;
+		case 'p': busy_us = strtoul(optarg, NULL, 0); break;
 		default:
-			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n");
+			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
+					"             [-p US]   (-p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues)\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -456,6 +459,19 @@ int main(int argc, char **argv)
 		}
 		if (pairs[i].dev_thr)
 			pthread_setname_np(pairs[i].dev_thr, "vnr-dev");
+		if (busy_us && pairs[i].d.fd >= 0) {
+			int q;
+
+			for (q = 0; q < 2; q++) {
+				struct vhost_vring_state st = { .index = q, .num = busy_us };
+
+				r = h_ioctl(pairs[i].d.fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &st);
+				if (r) {
+					fprintf(stderr, "bench: busy-loop timeout on %s: %s\n", backend, strerror(-r));
+					return 1;
+				}
+			}
+		}
 	}
 	cpu0 = worker_cpu_ns();
 	t0 = h_now_ns();
@@ -491,8 +507,8 @@ int main(int argc, char **argv)
 		pk += pairs[i].tx_pkts + pairs[i].rx_pkts;
 		by += pairs[i].bytes;
 	}
-	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"secs\":%.3f",
-	       backend, mode, size, nq, (t1 - t0) / 1e9);
+	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"secs\":%.3f",
+	       backend, mode, size, nq, busy_us, (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 
