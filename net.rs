@@ -68,6 +68,18 @@ impl Weight {
     }
 }
 
+/// The ring has no (more) buffers: asks the guest to kick. Returns true if
+/// buffers arrived meanwhile: the run goes on, but the retry is charged to
+/// its weight, so a guest flipping `avail->idx` cannot keep the worker
+/// looping. False: the run ends until the kick.
+fn ring_ran_dry<B>(active: &mut ActiveRing<'_, B>, weight: &mut Weight) -> Result<bool, VringError> {
+    let more = active.wait_for_kick()?;
+    if more {
+        weight.packets += 1;
+    }
+    Ok(more)
+}
+
 /// Fills `uiov` with the segments `iov`, skipping the first `skip` bytes.
 /// Returns the number of user iovecs written.
 fn to_user_iov(iov: &[Iov], mut skip: u64, uiov: &mut [UserIov]) -> usize {
@@ -246,14 +258,8 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
                     Ok(false) => {}
                     Err(err) => break Err(err),
                 }
-                match active.wait_for_kick() {
-                    // Buffers arrived meanwhile: go on, but charge the
-                    // retry to the weight, so a guest flipping avail->idx
-                    // cannot keep this worker looping.
-                    Ok(true) => {
-                        weight.packets += 1;
-                        continue;
-                    }
+                match ring_ran_dry(active, &mut weight) {
+                    Ok(true) => continue,
                     Ok(false) => break Ok(false),
                     Err(err) => break Err(err),
                 }
@@ -462,13 +468,9 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
                 weight.packets += 1;
                 continue;
             }
-            Ok(Gather::Empty) => match active.wait_for_kick() {
-                // Buffers arrived meanwhile: go on, charging the retry.
-                Ok(true) => {
-                    weight.packets += 1;
-                    continue;
-                }
-                // Wait for the guest's kick; the packet stays queued.
+            // Without buffers the packet stays queued for the next run.
+            Ok(Gather::Empty) => match ring_ran_dry(active, &mut weight) {
+                Ok(true) => continue,
                 Ok(false) => break Ok(false),
                 Err(err) => break Err(err),
             },

@@ -134,6 +134,21 @@ static inline bool h_on_c_driver(void)
 	return strcmp(h_dev_path(), "/dev/vhost-net") == 0;
 }
 
+/* The vnet header (d->hdr_len bytes) and offloads of a tap or macvtap fd;
+ * -1 with errno on failure. */
+static inline int h_tap_header(struct h_dev *d, int fd, bool vnet_hdr, int offload)
+{
+	if (vnet_hdr) {
+		int sz = d->hdr_len;
+
+		if (ioctl(fd, TUNSETVNETHDRSZ, &sz) < 0)
+			return -1;
+	}
+	if (offload >= 0 && ioctl(fd, TUNSETOFFLOAD, (unsigned long)offload) < 0)
+		return -1;
+	return 0;
+}
+
 /* Opens a tap (up, named vnrPID.N) for d, with `extra` TUNSETIFF flags. */
 static inline int h_tap_open_flags(struct h_dev *d, bool vnet_hdr, int offload, int extra)
 {
@@ -145,17 +160,9 @@ static inline int h_tap_open_flags(struct h_dev *d, bool vnet_hdr, int offload, 
 		return -errno;
 	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0) | extra;
 	snprintf(ifr.ifr_name, IFNAMSIZ, "vnr%d.%d", getpid() % 10000, seq++);
-	if (ioctl(fd, TUNSETIFF, &ifr) < 0)
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0 || h_tap_header(d, fd, vnet_hdr, offload) < 0)
 		goto err;
 	memcpy(d->ifname, ifr.ifr_name, IFNAMSIZ);
-	if (vnet_hdr) {
-		int sz = d->hdr_len;
-
-		if (ioctl(fd, TUNSETVNETHDRSZ, &sz) < 0)
-			goto err;
-	}
-	if (offload >= 0 && ioctl(fd, TUNSETOFFLOAD, (unsigned long)offload) < 0)
-		goto err;
 	s = socket(AF_INET, SOCK_DGRAM, 0);
 	if (s < 0)
 		goto err;
@@ -217,15 +224,7 @@ static inline int h_macvtap_open(struct h_dev *d, bool vnet_hdr, int offload)
 	if (fd < 0)
 		return -errno;
 	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
-	if (ioctl(fd, TUNSETIFF, &ifr) < 0)
-		goto err;
-	if (vnet_hdr) {
-		int sz = d->hdr_len;
-
-		if (ioctl(fd, TUNSETVNETHDRSZ, &sz) < 0)
-			goto err;
-	}
-	if (offload >= 0 && ioctl(fd, TUNSETOFFLOAD, (unsigned long)offload) < 0)
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0 || h_tap_header(d, fd, vnet_hdr, offload) < 0)
 		goto err;
 	d->ifindex = if_nametoindex(peer);
 	d->tap = fd;
