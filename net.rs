@@ -39,7 +39,7 @@ struct HeaderLens {
 }
 
 impl HeaderLens {
-    fn of<B>(active: &ActiveRing<'_, B>) -> Self {
+    fn of<B: Backend>(active: &ActiveRing<'_, B>) -> Self {
         let len = if active.has_feature(feature::VIRTIO_NET_F_MRG_RXBUF)
             || active.has_feature(feature::VIRTIO_F_VERSION_1)
         {
@@ -72,7 +72,7 @@ impl Weight {
 /// buffers arrived meanwhile: the run goes on, but the retry is charged to
 /// its weight, so a guest flipping `avail->idx` cannot keep the worker
 /// looping. False: the run ends until the kick.
-fn ring_ran_dry<B>(active: &mut ActiveRing<'_, B>, weight: &mut Weight) -> Result<bool, VringError> {
+fn ring_ran_dry<B: Backend>(active: &mut ActiveRing<'_, B>, weight: &mut Weight) -> Result<bool, VringError> {
     let more = active.wait_for_kick()?;
     if more {
         weight.packets += 1;
@@ -143,26 +143,35 @@ impl TxTally {
     }
 }
 
-/// The TX side of a tap: the socket, the batch of small packets, and a poll
-/// for send space. As in the C driver the poll is armed when the backend is
-/// attached and whenever the tap refuses a packet, and dropped when a run
-/// starts.
+/// The TX side of a tap: the socket, and a poll for send space. As in the
+/// C driver the poll is armed when the backend is attached and whenever the
+/// tap refuses a packet, and dropped when a run starts.
 pub(crate) struct TxQueue {
     sock: TapSocket,
-    batch: TxBatch,
     space: Option<Pin<KBox<FilePoll>>>,
+}
+
+/// A TX queue's scratch: the batch of small packets (with its page-fragment
+/// cache, the C driver's per-device `pf_cache`) and the user iovecs of one
+/// packet. A run always ends with the batch sent, so it is empty between
+/// runs and across attaches.
+pub(crate) struct TxScratch {
+    batch: TxBatch,
     uiov: KVec<UserIov>,
+}
+
+impl TxScratch {
+    /// Sends the batch to `sock`; its packets' chains are consumed either
+    /// way.
+    fn send_batch(&mut self, sock: &TapSocket, tally: &mut TxTally) {
+        tally.add_batch(self.batch.send(sock));
+    }
 }
 
 impl TxQueue {
     /// The TX side of the tap behind `file`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
-        Ok(Self { sock: TapSocket::new(file)?, batch: TxBatch::new()?, space: None, uiov: user_iov_scratch()? })
-    }
-
-    /// Sends the batch; its packets' chains are consumed either way.
-    fn send_batch(&mut self, tally: &mut TxTally) {
-        tally.add_batch(self.batch.send(&self.sock));
+        Ok(Self { sock: TapSocket::new(file)?, space: None })
     }
 
     /// Waits for the tap to take packets again: the worker is woken when it
@@ -186,8 +195,16 @@ enum TxStep {
     Retry,
 }
 
-/// Sends the packet of `chain` (whose readable segments are in `iov`).
-fn tx_one(txq: &mut TxQueue, iov: &[Iov], chain: &Chain, hdr: HeaderLens, tally: &mut TxTally) -> Result<TxStep, VringError> {
+/// Sends the packet of `chain` (whose readable segments are in `iov`) to
+/// `sock`.
+fn tx_one(
+    sock: &TapSocket,
+    scratch: &mut TxScratch,
+    iov: &[Iov],
+    chain: &Chain,
+    hdr: HeaderLens,
+    tally: &mut TxTally,
+) -> Result<TxStep, VringError> {
     if chain.inn != 0 {
         return Err(VringError::WrongDirection);
     }
@@ -196,12 +213,12 @@ fn tx_one(txq: &mut TxQueue, iov: &[Iov], chain: &Chain, hdr: HeaderLens, tally:
         return Err(VringError::ShortPacket);
     }
     let len = (chain.out_len - vhost_hlen) as usize;
-    let nuiov = to_user_iov(&iov[..chain.out], vhost_hlen, &mut txq.uiov);
-    if txq.sock.can_batch() {
-        let mut outcome = txq.batch.add(&txq.sock, &txq.uiov[..nuiov], len, hdr.sock);
+    let nuiov = to_user_iov(&iov[..chain.out], vhost_hlen, &mut scratch.uiov);
+    if sock.can_batch() {
+        let mut outcome = scratch.batch.add(sock, &scratch.uiov[..nuiov], len, hdr.sock);
         if outcome == Batched::Full {
-            txq.send_batch(tally);
-            outcome = txq.batch.add(&txq.sock, &txq.uiov[..nuiov], len, hdr.sock);
+            scratch.send_batch(sock, tally);
+            outcome = scratch.batch.add(sock, &scratch.uiov[..nuiov], len, hdr.sock);
         }
         match outcome {
             // Counted as sent when the batch goes.
@@ -211,15 +228,15 @@ fn tx_one(txq: &mut TxQueue, iov: &[Iov], chain: &Chain, hdr: HeaderLens, tally:
                 return Ok(TxStep::Consumed { len });
             }
             Batched::NoMemory => {
-                txq.send_batch(tally);
+                scratch.send_batch(sock, tally);
                 return Ok(TxStep::Retry);
             }
             // Larger than a page: what is batched goes first, to keep the
             // order, then this one on its own.
-            Batched::TooBig | Batched::Full => txq.send_batch(tally),
+            Batched::TooBig | Batched::Full => scratch.send_batch(sock, tally),
         }
     }
-    match txq.sock.send(&txq.uiov[..nuiov], len) {
+    match sock.send(&scratch.uiov[..nuiov], len) {
         Ok(()) => {
             tally.sent += 1;
             tally.bytes += len as u64;
@@ -266,7 +283,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
             }
             Err(err) => break Err(err),
         };
-        match tx_one(active.backend, active.iov, &chain, hdr, &mut tally) {
+        match tx_one(&active.backend.sock, active.scratch, active.iov, &chain, hdr, &mut tally) {
             Ok(TxStep::Consumed { len }) => {
                 active.heads[pending] = UsedElem { head: chain.head, len: 0 };
                 pending += 1;
@@ -284,7 +301,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
             }
         }
         if pending == MAX_BATCH {
-            active.backend.send_batch(&mut tally);
+            active.scratch.send_batch(&active.backend.sock, &mut tally);
             if let Err(err) = active.publish(pending) {
                 break Err(err);
             }
@@ -295,7 +312,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     // consumed are published, however the run ended: their chains are
     // done. Data was copied out of the guest's buffers already, so the
     // order only keeps the guest's view simple: used means sent.
-    active.backend.send_batch(&mut tally);
+    active.scratch.send_batch(&active.backend.sock, &mut tally);
     let published = active.publish(pending);
     active.stats.add_run(tally.sent, tally.bytes, tally.drops);
     result.and_then(|more| published.map(|()| more))
@@ -303,6 +320,11 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
 
 impl Backend for TxQueue {
     const HEADS: usize = MAX_BATCH;
+    type Scratch = TxScratch;
+
+    fn new_scratch() -> Result<TxScratch> {
+        Ok(TxScratch { batch: TxBatch::new()?, uiov: user_iov_scratch()? })
+    }
 
     fn is_file(&self, file: &File) -> bool {
         self.sock.file().as_ptr() == file.as_ptr()
@@ -326,13 +348,17 @@ pub(crate) struct RxQueue {
     batch: RxBatch,
     /// Set once attached ([`Backend::enable`]).
     poll: Option<Pin<KBox<FilePoll>>>,
+}
+
+/// An RX queue's scratch: the user iovecs of one packet.
+pub(crate) struct RxScratch {
     uiov: KVec<UserIov>,
 }
 
 impl RxQueue {
     /// The RX side of the tap behind `file`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
-        Ok(Self { batch: RxBatch::new(TapSocket::new(file)?)?, poll: None, uiov: user_iov_scratch()? })
+        Ok(Self { batch: RxBatch::new(TapSocket::new(file)?)?, poll: None })
     }
 
     /// Whether the tap's events wake the worker; see
@@ -477,9 +503,9 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
             Err(err) => break Err(err),
         };
         weight.packets += 1;
-        let rxq = &mut *active.backend;
-        let nuiov = to_user_iov(&active.iov[..segs], hdr.vhost as u64, &mut rxq.uiov);
-        if rxq.batch.recv(&rxq.uiov[..nuiov], sock_len) == Received::Lost {
+        let uiov = &mut active.scratch.uiov;
+        let nuiov = to_user_iov(&active.iov[..segs], hdr.vhost as u64, uiov);
+        if active.backend.batch.recv(&uiov[..nuiov], sock_len) == Received::Lost {
             // Truncated or failed: tun consumed the packet either way;
             // count the drop and keep the buffers.
             active.ring.unpop(heads as u16);
@@ -516,6 +542,11 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
 impl Backend for RxQueue {
     /// One packet's buffers after up to `MAX_BATCH` unpublished ones.
     const HEADS: usize = MAX_RX_HEADS + MAX_BATCH;
+    type Scratch = RxScratch;
+
+    fn new_scratch() -> Result<RxScratch> {
+        Ok(RxScratch { uiov: user_iov_scratch()? })
+    }
 
     fn is_file(&self, file: &File) -> bool {
         self.batch.sock().file().as_ptr() == file.as_ptr()

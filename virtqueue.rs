@@ -66,6 +66,14 @@ pub(crate) trait Backend: Send + Sized + Unpin {
     /// Used elements of scratch one run needs.
     const HEADS: usize;
 
+    /// Scratch space of this backend kind's data path, allocated once with
+    /// the queue and kept across attaches, so that neither a packet nor a
+    /// `SET_BACKEND` allocates it.
+    type Scratch: Send + Unpin;
+
+    /// The queue's scratch space.
+    fn new_scratch() -> Result<Self::Scratch>;
+
     /// Whether this backend is the file `file`.
     fn is_file(&self, file: &File) -> bool;
 
@@ -124,7 +132,7 @@ impl RingAddr {
 /// `ring` is `Some` only while `backend`, `addr` and `mem` are, and neither
 /// `stopped` nor `broken` is set. `num` is a power of two in
 /// `1..=VRING_MAX_NUM`.
-pub(crate) struct VqState<B> {
+pub(crate) struct VqState<B: Backend> {
     index: u32,
     num: u32,
     addr: Option<RingAddr>,
@@ -150,13 +158,15 @@ pub(crate) struct VqState<B> {
     /// allocates.
     iov: KVec<Iov>,
     heads: KVec<UsedElem>,
+    scratch: B::Scratch,
 }
 
 /// A running ring, borrowed by the data path for one run.
-pub(crate) struct ActiveRing<'a, B> {
+pub(crate) struct ActiveRing<'a, B: Backend> {
     pub(crate) ring: &'a mut Vring,
     pub(crate) mem: &'a MemTable,
     pub(crate) backend: &'a mut B,
+    pub(crate) scratch: &'a mut B::Scratch,
     pub(crate) iov: &'a mut [Iov],
     pub(crate) heads: &'a mut [UsedElem],
     pub(crate) stats: &'a mut Stats,
@@ -166,7 +176,7 @@ pub(crate) struct ActiveRing<'a, B> {
     busyloop_timeout: u32,
 }
 
-impl<B> ActiveRing<'_, B> {
+impl<B: Backend> ActiveRing<'_, B> {
     /// Publishes `heads[..count]` and signals the guest if it wants to be.
     pub(crate) fn publish(&mut self, count: usize) -> Result<(), VringError> {
         if count == 0 {
@@ -259,6 +269,7 @@ impl<B: Backend> VqState<B> {
             stats: Stats::default(),
             iov,
             heads,
+            scratch: B::new_scratch()?,
         })
     }
 
@@ -496,6 +507,7 @@ impl<B: Backend> VqState<B> {
             ring,
             mem,
             backend,
+            scratch: &mut self.scratch,
             iov: &mut self.iov,
             heads: &mut self.heads,
             stats: &mut self.stats,
@@ -553,7 +565,7 @@ impl<B: Backend> VqState<B> {
 ///
 /// `waker` is the waker of `state`.
 #[pin_data]
-pub(crate) struct VirtQueue<B> {
+pub(crate) struct VirtQueue<B: Backend> {
     waker: Arc<Waker>,
     #[pin]
     state: Mutex<VqState<B>>,
