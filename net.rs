@@ -369,14 +369,11 @@ impl RxQueue {
         }
     }
 
-    /// The next packet's length, listening to the tap again (and looking
-    /// once more) when it is empty.
-    fn next_len(&mut self) -> Option<usize> {
-        if let Some(len) = self.batch.peek_len() {
-            return Some(len);
-        }
+    /// The tap was found empty: listens to it again, then looks once more,
+    /// since a packet queued before the listener was back did not wake us.
+    /// Returns that packet's length, listening no longer, if there is one.
+    fn listen_and_recheck(&mut self) -> Option<usize> {
         self.listen(true);
-        // A packet queued before the listener was back did not wake us.
         let len = self.batch.peek_len()?;
         self.listen(false);
         Some(len)
@@ -473,7 +470,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
             // sleeping on it.
             None => match active.busy_poll(|active| Ok(active.backend.batch.peek_len().is_some())) {
                 Ok(true) => continue,
-                Ok(false) => match active.backend.next_len() {
+                Ok(false) => match active.backend.listen_and_recheck() {
                     Some(len) => len,
                     None => break Ok(false),
                 },
