@@ -12,7 +12,7 @@
 #   make host-test       cargo unit tests of the ring/memory code on the host
 #   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer)
 #   make soak MINUTES=N  bidirectional flood with every payload checked
-#   make check-e2e       make check with the whole end-to-end set (7 guest boots)
+#   make check-e2e       make check with the whole end-to-end set (12 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make clean
 

@@ -4,7 +4,8 @@
 //!
 //! Registers the misc device `/dev/vhost-net-rs`, which speaks the vhost ioctl
 //! ABI of the in-tree `/dev/vhost-net` (Linux 7.3 `drivers/vhost/net.c`), so
-//! that an unmodified QEMU can use it through `-netdev tap,vhostfd=N`.
+//! that an unmodified QEMU can use it through `-netdev tap,vhostfd=N`. With
+//! `drop_in=1` it serves `/dev/vhost-net` too, in place of the C driver.
 //!
 //! Each open file is one device: a queue pair, vq 0 receiving and vq 1
 //! transmitting, each with its own worker (a vhost_task in the owner's
@@ -15,14 +16,16 @@
 //! input; `uaccess.rs` (owner memory), `eventfd.rs`, `file_poll.rs`
 //! (polling another file's wait queue) and `worker.rs` (vhost_task
 //! workers); `virtqueue.rs` (a queue and its rules); `tap_glue.rs` (the tap
-//! socket); `net.rs` (RX and TX); this file (the device and its ioctls).
+//! socket); `net.rs` (RX and TX); `dropin.rs` (the `/dev/vhost-net` node);
+//! this file (the device and its ioctls).
 //! `shim.rs` holds the one `extern "C"` block, for what bindgen does not
 //! reach; `vnr_shim.c` is its C side.
 //!
 //! `unsafe` lives in the FFI wrappers only: `shim.rs`, `uaccess.rs`,
-//! `eventfd.rs`, `file_poll.rs`, `worker.rs` and `tap_glue.rs`, plus the
-//! `unsafe impl FromBytes/AsBytes` of the ABI structs in `uapi.rs`. The
-//! parsers, the queue rules, the data path and this file have none.
+//! `eventfd.rs`, `file_poll.rs`, `worker.rs`, `tap_glue.rs` and
+//! `dropin.rs`, plus the `unsafe impl FromBytes/AsBytes` of the ABI structs
+//! in `uapi.rs`. The parsers, the queue rules, the data path and this file
+//! have none.
 //!
 //! # Lock order
 //!
@@ -33,6 +36,7 @@
 //! Never the other way round; workers never take `state`, and no code
 //! holds two queue locks at once.
 
+use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     fs::File,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
@@ -45,6 +49,7 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
+mod dropin;
 mod eventfd;
 mod file_poll;
 mod memory;
@@ -57,6 +62,7 @@ mod virtqueue;
 mod vring;
 mod worker;
 
+use dropin::DropInNode;
 use eventfd::EventFd;
 use memory::{MemError, Region};
 use net::{RxQueue, TxQueue};
@@ -71,7 +77,16 @@ module! {
     authors: ["The vhost-net-rs developers"],
     description: "vhost-net data path in Rust: /dev/vhost-net-rs, ABI-compatible with /dev/vhost-net",
     license: "GPL",
+    // Those of the C vhost_net, so that opening /dev/vhost-net loads this
+    // module too where it is installed; only with drop_in=1 does it take
+    // the node (see dropin.rs).
+    alias: ["devname:vhost-net", "char-major-10-238"],
     params: {
+        drop_in: u32 {
+            default: 0,
+            description: "1: also serve /dev/vhost-net (misc minor 238) in place of the C vhost_net, \
+                          which must not be loaded; 0 (default): /dev/vhost-net-rs only",
+        },
         max_mem_regions: u32 {
             default: 64,
             description: "Maximum number of memory regions in VHOST_SET_MEM_TABLE (1..=509, clamped)",
@@ -84,6 +99,9 @@ module! {
 /// `ushort` with no bound of its own; this keeps one table's allocation
 /// small.
 const MEM_REGIONS_HARD_MAX: u32 = 509;
+
+/// Log lines about too large memory tables, per module load.
+const MAX_REGION_WARNINGS: u32 = 10;
 
 /// The queues of a device: vq 0 receives, vq 1 transmits.
 const RX_INDEX: u32 = 0;
@@ -99,6 +117,38 @@ fn max_regions() -> usize {
 struct VhostNetModule {
     #[pin]
     _miscdev: MiscDeviceRegistration<VhostNet>,
+    /// `/dev/vhost-net`, with `drop_in=1`.
+    _dropin: Option<Pin<KBox<DropInNode<VhostNet>>>>,
+}
+
+/// `/dev/vhost-net` if `drop_in=1` asks for it. Fails the module load,
+/// saying why, if the node cannot be had.
+fn dropin_node() -> Result<Option<Pin<KBox<DropInNode<VhostNet>>>>> {
+    match module_parameters::drop_in.value() {
+        0 => return Ok(None),
+        1 => {}
+        other => {
+            pr_err!("drop_in={} is not 0 or 1\n", other);
+            return Err(EINVAL);
+        }
+    }
+    match KBox::pin_init(DropInNode::register(), GFP_KERNEL) {
+        Ok(node) => {
+            pr_info!("serving /dev/vhost-net (misc minor 238) as well as /dev/vhost-net-rs\n");
+            Ok(Some(node))
+        }
+        Err(err) => {
+            if err == EBUSY {
+                pr_err!(
+                    "drop_in=1: misc minor 238 (/dev/vhost-net) is taken, most likely by the C vhost_net \
+                     module; unload it first (modprobe -r vhost_net) or load vhost_net_rs without drop_in\n"
+                );
+            } else {
+                pr_err!("drop_in=1: registering /dev/vhost-net failed: {:?}\n", err);
+            }
+            Err(err)
+        }
+    }
 }
 
 impl kernel::InPlaceModule for VhostNetModule {
@@ -111,6 +161,7 @@ impl kernel::InPlaceModule for VhostNetModule {
             _miscdev <- MiscDeviceRegistration::register(MiscDeviceOptions {
                 name: c"vhost-net-rs",
             }),
+            _dropin: dropin_node()?,
         })
     }
 }
@@ -135,11 +186,55 @@ struct DevState {
     /// `VHOST_SET_FORK_FROM_OWNER`: workers as vhost_tasks (1) or kthreads
     /// in the owner's address space (0).
     fork_owner: u8,
+    /// A memory table was refused for its size and the log said why (see
+    /// [`DevState::too_many_regions`]).
+    told_max_regions: bool,
 }
 
 impl DevState {
     fn new(fork_owner: u8) -> Self {
-        Self { owner: None, workers: None, features: 0, backend_features: 0, nregions: 0, fork_owner }
+        Self {
+            owner: None,
+            workers: None,
+            features: 0,
+            backend_features: 0,
+            nregions: 0,
+            fork_owner,
+            told_max_regions: false,
+        }
+    }
+
+    /// A table of `nregions` regions is larger than `max_mem_regions`.
+    /// QEMU decides how many memory slots it may use from the C `vhost`
+    /// module's parameter (64 when that module is not loaded), not from
+    /// ours: say which parameter to raise.
+    fn too_many_regions(&mut self, nregions: usize) -> Error {
+        // Once per file, and a few times per module load: any user who may
+        // open the device (the kvm group, for the drop-in node) could
+        // otherwise fill the log, one file at a time.
+        static LINES_LEFT: AtomicU32 = AtomicU32::new(MAX_REGION_WARNINGS);
+        if !self.told_max_regions
+            && LINES_LEFT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1)).is_ok()
+        {
+            self.told_max_regions = true;
+            if nregions > MEM_REGIONS_HARD_MAX as usize {
+                pr_warn!(
+                    "SET_MEM_TABLE with {} regions refused (E2BIG): more than max_mem_regions can allow ({})\n",
+                    nregions,
+                    MEM_REGIONS_HARD_MAX
+                );
+                return E2BIG;
+            }
+            pr_warn!(
+                "SET_MEM_TABLE with {} regions refused (E2BIG): vhost_net_rs max_mem_regions={}. QEMU takes \
+                 its slot limit from /sys/module/vhost/parameters/max_mem_regions (64 without the C vhost \
+                 module): load vhost_net_rs with max_mem_regions={} or more\n",
+                nregions,
+                max_regions(),
+                nregions
+            );
+        }
+        E2BIG
     }
 
     /// `-EPERM` unless the calling task shares the owner's address space.
@@ -373,7 +468,7 @@ impl VhostNet {
         }
         let nregions = header.nregions as usize;
         if nregions > max_regions() {
-            return Err(E2BIG);
+            return Err(st.too_many_regions(nregions));
         }
         let mut reader = UserSlice::new(
             UserPtr::from_addr(arg.checked_add(core::mem::size_of::<MemoryHeader>()).ok_or(EFAULT)?),

@@ -7,21 +7,32 @@
 # Paths:
 #   rs       virtio-net on vhost-net-rs   (vhostfd on /dev/vhost-net-rs)
 #   c        virtio-net on the C vhost-net (vhostfd on /dev/vhost-net)
+#   node     virtio-net on whatever serves /dev/vhost-net, opened by QEMU
+#            itself as libvirt and a plain `vhost=on` do (vhost-net-rs
+#            with drop_in=1, or the C driver)
 #   user     virtio-net in QEMU userspace (vhost=off)
 #   e1000    emulated Intel e1000        (QEMU userspace)
 #   rtl8139  emulated Realtek 8139       (QEMU userspace)
+#
+# Settings (environment, read by g_start):
+#   G_QUEUES=N    N queue pairs (default 1): g_tap_up makes a multi_queue
+#                 tap; rs and c give QEMU N tap queues and N vhost fds
+#                 (fds=,vhostfds=, opened by selftests/build/mqexec), node
+#                 lets QEMU open them; the guest gets 2 vCPUs.
+#   G_TAPDEV=DEV  the guest's backend is this character device (a macvtap's
+#                 /dev/tapN) instead of the tap $G_TAP.
 #
 # Guest kernel and initramfs come from scripts/setup ($VNR_CACHE/guest).
 
 G_HOST_IP=${G_HOST_IP:-10.213.0.1}
 G_GUEST_IP=${G_GUEST_IP:-10.213.0.2}
 G_TAP=${G_TAP:-vnrtap0}
+G_MAC=${G_MAC:-52:54:00:12:34:56}
 G_KERNEL=${G_KERNEL:-$VNR_CACHE/guest/bzImage}
 G_INITRD=${G_INITRD:-$VNR_CACHE/guest/initramfs.cpio.gz}
 G_BOOT_TIMEOUT=${G_BOOT_TIMEOUT:-300}
 G_PID=
 G_LOG=
-G_VHOSTFD_DEV=
 
 # KVM inside the test VM is never there; on a real host, use it if it works.
 g_accel() {
@@ -29,9 +40,13 @@ g_accel() {
 	if [ -w /dev/kvm ] && [ -z "${VNR_IN_VM:-}" ]; then echo kvm; else echo tcg; fi
 }
 
+# g_tap_up: creates $G_TAP with the host address (multi_queue if
+# G_QUEUES > 1).
 g_tap_up() {
+	local mq=
+	[ "${G_QUEUES:-1}" -gt 1 ] && mq=multi_queue
 	ip link del "$G_TAP" 2>/dev/null || true
-	ip tuntap add dev "$G_TAP" mode tap || return 1
+	ip tuntap add dev "$G_TAP" mode tap $mq || return 1
 	ip addr add "$G_HOST_IP/24" dev "$G_TAP" || return 1
 	ip link set "$G_TAP" up || return 1
 }
@@ -43,33 +58,55 @@ g_tap_down() {
 # g_start PATH [extra virtio-net device options]: boots the guest in the
 # background; sets G_PID and G_LOG. Does not wait.
 g_start() {
-	local path=$1 devopts=${2:-} nic netdev vhostfd=
+	local path=$1 devopts=${2:-} queues=${G_QUEUES:-1} nic netdev vhostdev='' smp=1 launcher=() i fds='' vfds=''
 	[ -f "$G_KERNEL" ] && [ -f "$G_INITRD" ] || { echo "guest images missing: run scripts/setup" >&2; return 1; }
-	netdev="tap,id=n0,ifname=$G_TAP,script=no,downscript=no"
 	case "$path" in
-	rs) G_VHOSTFD_DEV=/dev/vhost-net-rs; vhostfd=1 ;;
-	c) G_VHOSTFD_DEV=/dev/vhost-net; vhostfd=1 ;;
-	user|e1000|rtl8139) G_VHOSTFD_DEV= ;;
+	rs) vhostdev=/dev/vhost-net-rs ;;
+	c) vhostdev=/dev/vhost-net ;;
+	node|user|e1000|rtl8139) ;;
 	*) echo "unknown path '$path'" >&2; return 1 ;;
 	esac
+	if [ -n "${G_TAPDEV:-}" ]; then
+		netdev="tap,id=n0,fd=4"
+	else
+		netdev="tap,id=n0,ifname=$G_TAP,script=no,downscript=no"
+	fi
 	case "$path" in
-	rs|c) netdev+=",vhost=on,vhostforce=on,vhostfd=3"; nic="virtio-net-pci,netdev=n0" ;;
+	rs|c|node) netdev+=",vhost=on,vhostforce=on"; nic="virtio-net-pci,netdev=n0" ;;
 	user) netdev+=",vhost=off"; nic="virtio-net-pci,netdev=n0" ;;
 	e1000) nic="e1000,netdev=n0" ;;
 	rtl8139) nic="rtl8139,netdev=n0" ;;
 	esac
+	if [ "$queues" -gt 1 ] && [ -n "${G_TAPDEV:-}" ]; then
+		echo "g_start: G_QUEUES > 1 needs the multiqueue tap \$G_TAP, not G_TAPDEV" >&2
+		return 1
+	fi
+	if [ "$queues" -gt 1 ]; then
+		smp=2
+		nic+=",mq=on,vectors=$((2 * queues + 2))"
+		if [ -n "$vhostdev" ]; then
+			# fds= excludes ifname= and queues=: mqexec opens the queues.
+			for ((i = 0; i < queues; i++)); do fds+="${fds:+:}$((10 + i))" vfds+="${vfds:+:}$((20 + i))"; done
+			netdev="tap,id=n0,fds=$fds,vhost=on,vhostforce=on,vhostfds=$vfds"
+			launcher=("$VNR_ROOT/selftests/build/mqexec" "$G_TAP" "$queues" "$vhostdev" --)
+		else
+			netdev+=",queues=$queues"
+		fi
+	elif [ -n "$vhostdev" ]; then
+		netdev+=",vhostfd=3"
+	fi
 	[ -n "$devopts" ] && nic+=",$devopts"
 	G_LOG=$(mktemp /tmp/vnr-guest.XXXXXX)
-	local args=(-machine pc -accel "$(g_accel)" -m 192M -smp 1 -nographic -no-reboot
+	local args=(-machine pc -accel "$(g_accel)" -m 192M -smp "$smp" -nographic -no-reboot
 		-serial "file:$G_LOG" -monitor none -display none
 		-kernel "$G_KERNEL" -initrd "$G_INITRD"
 		-append "console=ttyS0 quiet panic=-1 vnr.ip=$G_GUEST_IP/24"
-		-netdev "$netdev" -device "$nic,mac=52:54:00:12:34:56")
-	if [ -n "$vhostfd" ]; then
-		qemu-system-x86_64 "${args[@]}" 3<>"$G_VHOSTFD_DEV" >"$G_LOG.qemu" 2>&1 &
-	else
-		qemu-system-x86_64 "${args[@]}" >"$G_LOG.qemu" 2>&1 &
-	fi
+		-netdev "$netdev" -device "$nic,mac=$G_MAC")
+	(
+		if [ -n "$vhostdev" ] && [ "$queues" = 1 ]; then exec 3<>"$vhostdev" || exit 1; fi
+		if [ -n "${G_TAPDEV:-}" ]; then exec 4<>"$G_TAPDEV" || exit 1; fi
+		exec "${launcher[@]}" qemu-system-x86_64 "${args[@]}"
+	) >"$G_LOG.qemu" 2>&1 &
 	G_PID=$!
 }
 
@@ -102,22 +139,53 @@ g_stop() {
 	rm -f "$G_LOG" "$G_LOG.qemu"
 }
 
-# g_fdinfo: the vhost fd's counters in the running QEMU (fd 3).
-g_fdinfo() {
-	cat "/proc/$G_PID/fdinfo/3" 2>/dev/null
+# g_vhost_fds: the running QEMU's vhost fds (on /dev/vhost-net-rs or
+# /dev/vhost-net), in the order of its queue pairs.
+g_vhost_fds() {
+	local f
+	for f in /proc/"$G_PID"/fd/*; do
+		case "$(readlink "$f")" in /dev/vhost-net | /dev/vhost-net-rs) echo "${f##*/}" ;; esac
+	done | sort -n
 }
 
-# g_vq_packets Q: packets counted by vhost-net-rs on vq Q (0 = RX, 1 = TX).
+# g_fdinfo [FD]: the counters of one vhost fd of the running QEMU, or of
+# all of them.
+g_fdinfo() {
+	local fd
+	for fd in ${1:-$(g_vhost_fds)}; do
+		[ -n "${1:-}" ] || echo "# fd $fd"
+		cat "/proc/$G_PID/fdinfo/$fd" 2>/dev/null
+	done
+}
+
+# g_vq_packets Q [FD]: packets counted by vhost-net-rs on vq Q (0 = RX,
+# 1 = TX) of one vhost fd, or summed over all of them.
 g_vq_packets() {
-	g_fdinfo | sed -n "s/^vq$1:.* packets=\([0-9]*\).*/\1/p"
+	g_fdinfo "${2:-}" | sed -n "s/^vq$1:.* packets=\([0-9]*\).*/\1/p" | awk '{ n += $1 } END { print n + 0 }'
+}
+
+# g_run COMMAND: runs COMMAND in the guest's shell (TCP port 7777, see
+# scripts/mkinitramfs); prints its output and returns its status.
+g_run() {
+	local out rc
+	# busybox nc -e connects only stdin and stdout to the socket: the
+	# command's stderr is redirected by hand.
+	out=$(printf '{ %s\n} 2>&1; printf "\\nVNR-RC=%%s\\n" $?; exit\n' "$1" |
+		timeout 120 busybox nc "$G_GUEST_IP" 7777 2>&1)
+	rc=$(echo "$out" | sed -n 's/^VNR-RC=//p' | tail -n 1)
+	echo "$out" | grep -v '^VNR-RC='
+	[ "${rc:-1}" = 0 ]
 }
 
 # g_ping ARGS...: runs ping against the guest; prints
 # "transmitted received loss_pct time_ms min avg max mdev" (rtt in ms).
 g_ping() {
-	local out
-	out=$(ping -q "$@" "$G_GUEST_IP" 2>&1)
-	echo "$out" | awk '
+	ping -q "$@" "$G_GUEST_IP" 2>&1 | g_ping_summary
+}
+
+# g_ping_summary: ping's output on stdin, summarised as g_ping prints it.
+g_ping_summary() {
+	awk '
 		/packets transmitted/ {
 			tx = $1; rx = $4
 			for (i = 1; i <= NF; i++) {

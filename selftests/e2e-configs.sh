@@ -1,0 +1,259 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# e2e-configs.sh: the configurations operators run, each with a real QEMU
+# guest, on vhost-net-rs and on the C driver in the same run. KTAP output.
+#
+#   macvtap     a guest on a macvtap (libvirt's <interface type='direct'>)
+#               over a veth pair: ping, flood; vhost-net-rs's counters
+#               prove it carried the packets.
+#   multiqueue  queues=4 and a 2-vCPU guest that sets `ethtool -L eth0
+#               combined 4` (and clears XPS, so that flows spread by hash),
+#               then 32 TCP flows: every queue pair carries traffic (the
+#               guest's per-queue interrupts, and on vhost-net-rs each vhost
+#               fd's counters); flood loss within 2 points of the C driver's.
+#               Three guests: QEMU's fds=,vhostfds= form on vhost-net-rs and
+#               on C, and the drop-in form (QEMU opens /dev/vhost-net
+#               itself, served by vhost-net-rs loaded with drop_in=1).
+#   ring reset  in each multiqueue guest, under a ping flood, `ethtool -G
+#               eth0 rx 128` then `tx 128` (a per-queue reset of every
+#               queue, VIRTIO_F_RING_RESET): the rings shrink while the
+#               flood runs, traffic resumes, and the flood loses no more
+#               than 1 point beyond what it loses on C.
+#
+# Runs in the test VM after module.sh, as part of `make check-e2e`
+# (VNR_E2E=full); otherwise it skips. VNR_E2E_FLOOD (default 2000) sets the
+# flood size.
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=../scripts/lib.sh
+. scripts/lib.sh
+# shellcheck source=../scripts/guest.sh
+. scripts/guest.sh
+# shellcheck source=ktap.sh
+. selftests/ktap.sh
+FLOOD=${VNR_E2E_FLOOD:-2000}
+QUEUES=4
+KO=$VNR_ROOT/vhost-net-rs.ko
+VETH=vnrva VETH_PEER=vnrvb MACVTAP=vnrmvt0
+
+cleanup() {
+	g_stop
+	g_tap_down
+	ip link del "$MACVTAP" 2>/dev/null
+	ip link del "$VETH" 2>/dev/null
+}
+trap cleanup EXIT
+
+vnr_ktap_start
+if [ "${VNR_E2E:-fast}" != full ]; then
+	ktap_skip_all "needs VNR_E2E=full (make check-e2e)"
+	exit "$KSFT_SKIP"
+fi
+vnr_loaded vhost_net_rs || insmod "$KO"
+selftests/load-c-vhost >/dev/null 2>&1 || true
+
+# flood_loss: a ping flood of $FLOOD; prints its loss in percent.
+flood_loss() {
+	local r
+	r=$(g_ping -f -c "$FLOOD" -W 2)
+	read -r _ _ loss _ <<<"$r"
+	echo "${loss:-100}"
+}
+
+# within A B POINTS: whether loss A is at most B + POINTS.
+within() { awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN { exit !(a <= b + p) }'; }
+
+# boot LABEL PATH: starts the guest and reports whether it came up.
+boot() {
+	local label=$1 path=$2 t
+	g_start "$path"
+	if t=$(g_wait); then
+		vnr_pass "${label}_guest_boots" "reachable after ${t}s"
+	else
+		vnr_fail "${label}_guest_boots" "$(tail -n 3 "$G_LOG" 2>/dev/null)" "$(cat "$G_LOG.qemu" 2>/dev/null)"
+		g_stop
+		return 1
+	fi
+}
+
+# counters_moved LABEL BEFORE_RX BEFORE_TX REPLIES: vhost-net-rs's counters
+# (over all its vhost fds) grew by at least REPLIES on both queues.
+counters_moved() {
+	local label=$1 rx0=$2 tx0=$3 replies=$4 drx dtx
+	drx=$(($(g_vq_packets 0) - rx0)) dtx=$(($(g_vq_packets 1) - tx0))
+	if [ "$drx" -ge "$replies" ] && [ "$dtx" -ge "$replies" ] && [ "$replies" -gt 0 ]; then
+		vnr_pass "${label}_counters_prove_vhost_net_rs" "RX +$drx TX +$dtx for $replies replies"
+	else
+		vnr_fail "${label}_counters_prove_vhost_net_rs" "RX +$drx TX +$dtx for $replies replies" "$(g_fdinfo)"
+	fi
+}
+
+# --- macvtap ----------------------------------------------------------------------
+declare -A MACVTAP_LOSS
+macvtap_guest() {
+	local path=$1 label=macvtap_$1 idx dev r tx rx rx0 tx0
+	g_tap_down
+	ip link del "$VETH" 2>/dev/null
+	if ! { ip link add "$VETH" type veth peer name "$VETH_PEER" &&
+		ip link add link "$VETH" name "$MACVTAP" address "$G_MAC" type macvtap mode bridge &&
+		ip addr add "$G_HOST_IP/24" dev "$VETH_PEER" &&
+		ip link set "$VETH" up && ip link set "$VETH_PEER" up && ip link set "$MACVTAP" up; }; then
+		vnr_fail "${label}_setup" "could not create the veth pair and macvtap"
+		return
+	fi
+	idx=$(cat "/sys/class/net/$MACVTAP/ifindex")
+	dev=/dev/tap$idx
+	vnr_wait_node "$dev" || { vnr_fail "${label}_setup" "no $dev"; return; }
+	if G_TAPDEV=$dev boot "$label" "$path"; then
+		rx0=$(g_vq_packets 0) tx0=$(g_vq_packets 1)
+		r=$(g_ping -c 100 -i 0.05 -W 2)
+		read -r tx rx _ <<<"$r"
+		if [ "$tx" = 100 ] && [ "$rx" = 100 ]; then vnr_pass "${label}_ping_100_no_loss" "$r"
+		else vnr_fail "${label}_ping_100_no_loss" "$r"; fi
+		MACVTAP_LOSS[$path]=$(flood_loss)
+		[ "$path" = rs ] && counters_moved "$label" "$rx0" "$tx0" "$rx"
+		g_stop
+	fi
+	ip link del "$MACVTAP"
+	ip link del "$VETH"
+}
+
+macvtap_guest rs
+macvtap_guest c
+if [ -n "${MACVTAP_LOSS[rs]:-}" ] && [ -n "${MACVTAP_LOSS[c]:-}" ] &&
+	within "${MACVTAP_LOSS[rs]}" "${MACVTAP_LOSS[c]}" 2; then
+	vnr_pass "macvtap_flood_loss_within_2pp_of_c" "rs ${MACVTAP_LOSS[rs]}% c ${MACVTAP_LOSS[c]}%"
+else
+	vnr_fail "macvtap_flood_loss_within_2pp_of_c" "rs ${MACVTAP_LOSS[rs]:-none}% c ${MACVTAP_LOSS[c]:-none}%"
+fi
+
+# --- multiqueue and ring reset -------------------------------------------------------
+declare -A MQ_LOSS RESET_LOSS
+# guest_queue_counts: the interrupts of each of the guest's virtio-net
+# queues (/proc/interrupts, one MSI-X vector per queue), "name count" per
+# line. A queue that carried packets has raised some: RX for the packets
+# it received, TX for the ones the device sent. (Linux 7.3's virtio_net
+# keeps per-queue packet counts out of ethtool -S.)
+guest_queue_counts() {
+	g_run 'cat /proc/interrupts' | awk '$NF ~ /^virtio[0-9]+-(input|output)\.[0-9]+$/ {
+		n = 0
+		for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i
+		name = $NF
+		sub(/^virtio[0-9]+-/, "", name)
+		print name, n
+	}'
+}
+
+# shellcheck disable=SC2034  # MQ_LOSS is read through compare_loss's nameref
+# mq_guest LABEL PATH COUNTERS: a queues=4 guest on PATH. COUNTERS=1 if
+# vhost-net-rs serves its vhost fds (their counters are checked too).
+mq_guest() {
+	local label=$1 path=$2 counters=$3 out fds=() fd idle='' flood_pid overlapped took r_flood after r tx rx name value bad=''
+	declare -A rx0 tx0 q0
+	G_QUEUES=$QUEUES g_tap_up || { vnr_fail "${label}_setup" "no multi_queue tap"; return; }
+	G_QUEUES=$QUEUES boot "$label" "$path" || return
+	if out=$(g_run 'ethtool -L eth0 combined 4 &&
+		for f in /sys/class/net/eth0/queues/tx-*/xps_cpus; do echo 0 >$f; done &&
+		ethtool -l eth0') && echo "$out" | sed -n '/Current/,$p' | grep -qE '^Combined:[[:space:]]+4$'; then
+		vnr_pass "${label}_ethtool_combined_4"
+	else
+		vnr_fail "${label}_ethtool_combined_4" "$out"
+	fi
+	mapfile -t fds < <(g_vhost_fds)
+	if [ "${#fds[@]}" = "$QUEUES" ]; then vnr_pass "${label}_qemu_has_${QUEUES}_vhost_fds" "fds ${fds[*]}"
+	else vnr_fail "${label}_qemu_has_${QUEUES}_vhost_fds" "fds: ${fds[*]}" "$(ls -l /proc/"$G_PID"/fd)"; fi
+
+	# 32 TCP flows host -> guest: the guest's ACKs leave on the queue its
+	# socket hashes to, and tun steers each flow's data to the queue the
+	# guest last sent it on.
+	for fd in "${fds[@]}"; do rx0[$fd]=$(g_vq_packets 0 "$fd") tx0[$fd]=$(g_vq_packets 1 "$fd"); done
+	while read -r name value; do q0[$name]=$value; done < <(guest_queue_counts)
+	iperf3 -c "$G_GUEST_IP" -P 32 -t 4 >/dev/null 2>&1
+	after=$(guest_queue_counts)
+	while read -r name value; do
+		[ "$value" -gt "${q0[$name]:-0}" ] || idle+=" $name"
+	done <<<"$after"
+	if [ -n "$after" ] && [ "$(echo "$after" | wc -l)" = $((2 * QUEUES)) ] && [ -z "$idle" ]; then
+		vnr_pass "${label}_every_guest_queue_interrupted" "$(echo "$after" | tr '\n' ' ')"
+	else
+		vnr_fail "${label}_every_guest_queue_interrupted" "idle:${idle:- none}" "$after"
+	fi
+	if [ "$counters" = 1 ]; then
+		for fd in "${fds[@]}"; do
+			[ "$(g_vq_packets 0 "$fd")" -gt "${rx0[$fd]}" ] && [ "$(g_vq_packets 1 "$fd")" -gt "${tx0[$fd]}" ] ||
+				bad+=" fd$fd"
+		done
+		if [ "${#fds[@]}" = "$QUEUES" ] && [ -z "$bad" ]; then
+			vnr_pass "${label}_every_vhost_net_rs_queue_pair_moved"
+		else
+			vnr_fail "${label}_every_vhost_net_rs_queue_pair_moved" "idle:${bad:- no fds}" "$(g_fdinfo)"
+		fi
+	fi
+	MQ_LOSS[$label]=$(flood_loss)
+
+	# Ring reset under a flood, which runs until two seconds after the
+	# resets (SIGALRM ends ping with its summary; a background job ignores
+	# SIGINT) and must not have stopped by itself before.
+	ping -q -f -W 2 "$G_GUEST_IP" >"$G_LOG.flood" 2>&1 &
+	flood_pid=$!
+	sleep 1
+	took=$SECONDS
+	out=$(g_run 'ethtool -G eth0 rx 128 && ethtool -G eth0 tx 128 && ethtool -g eth0')
+	r=$?
+	took=$((SECONDS - took))
+	overlapped=no
+	kill -0 "$flood_pid" 2>/dev/null && overlapped=yes
+	sleep 2
+	kill -ALRM "$flood_pid" 2>/dev/null
+	wait "$flood_pid"
+	r_flood=$(g_ping_summary <"$G_LOG.flood")
+	read -r _ _ value _ <<<"$r_flood"
+	RESET_LOSS[$label]=${value:-100}
+	if [ "$r" = 0 ] && [ "$overlapped" = yes ] && [ -n "$r_flood" ] &&
+		[ "$(echo "$out" | sed -n '/Current/,$p' | grep -cE '^(RX|TX):[[:space:]]+128$')" = 2 ]; then
+		vnr_pass "${label}_ring_reset_rx_tx_128_under_flood" "resets took ${took}s; flood: $r_flood"
+	else
+		vnr_fail "${label}_ring_reset_rx_tx_128_under_flood" \
+			"ethtool status $r after ${took}s; flood still running then: $overlapped; flood: $r_flood" \
+			"$out" "$(tail -n 3 "$G_LOG.flood")"
+	fi
+	rm -f "$G_LOG.flood"
+	r=$(g_ping -c 100 -i 0.05 -W 2)
+	read -r tx rx _ <<<"$r"
+	if [ "$tx" = 100 ] && [ "$rx" = 100 ]; then vnr_pass "${label}_traffic_resumes_after_reset" "$r"
+	else vnr_fail "${label}_traffic_resumes_after_reset" "$r"; fi
+	g_stop
+	g_tap_down
+}
+
+# compare_loss NAME TABLE LABEL POINTS: TABLE[LABEL] within POINTS of TABLE[mq_c].
+compare_loss() {
+	local name=$1 label=$3 points=$4
+	local -n table=$2
+	if [ -n "${table[$label]:-}" ] && [ -n "${table[mq_c]:-}" ] && within "${table[$label]}" "${table[mq_c]}" "$points"; then
+		vnr_pass "$name" "${label} ${table[$label]}% c ${table[mq_c]}%"
+	else
+		vnr_fail "$name" "${label} ${table[$label]:-none}% c ${table[mq_c]:-none}%"
+	fi
+}
+
+mq_guest mq_rs rs 1
+mq_guest mq_c c 0
+
+# The drop-in form: the C driver gives minor 238 back, vhost-net-rs takes it.
+rmmod vhost_net_rs 2>/dev/null
+rmmod vhost_net 2>/dev/null
+if insmod "$KO" drop_in=1 && vnr_wait_node /dev/vhost-net; then
+	mq_guest mq_dropin node 1
+else
+	vnr_fail "mq_dropin_setup" "insmod drop_in=1 failed: $(dmesg | tail -n 3)"
+fi
+rmmod vhost_net_rs 2>/dev/null
+insmod "$KO"
+vnr_wait_node /dev/vhost-net-rs
+selftests/load-c-vhost >/dev/null 2>&1 || true
+
+compare_loss mq_rs_flood_loss_within_2pp_of_c MQ_LOSS mq_rs 2
+compare_loss mq_dropin_flood_loss_within_2pp_of_c MQ_LOSS mq_dropin 2
+compare_loss mq_rs_reset_loss_within_1pp_of_c RESET_LOSS mq_rs 1
+compare_loss mq_dropin_reset_loss_within_1pp_of_c RESET_LOSS mq_dropin 1
+vnr_ktap_finish
