@@ -197,6 +197,20 @@ static inline int h_tap_header(struct h_dev *d, int fd, bool vnet_hdr, int offlo
 	return 0;
 }
 
+/* Makes the open tap or macvtap `fd` d's backend, whose traffic the packet
+ * socket sees on interface `ifindex`; if setting it up failed with `err`
+ * (-errno), closes it instead and returns `err`. */
+static inline int h_tap_adopt(struct h_dev *d, int fd, unsigned int ifindex, int err)
+{
+	if (err) {
+		close(fd);
+		return err;
+	}
+	d->ifindex = ifindex;
+	d->tap = fd;
+	return 0;
+}
+
 /* Opens a tap (up, named vnrPID.N) for d, with `extra` TUNSETIFF flags. */
 static inline int h_tap_open_flags(struct h_dev *d, bool vnet_hdr, int offload, int extra)
 {
@@ -209,25 +223,18 @@ static inline int h_tap_open_flags(struct h_dev *d, bool vnet_hdr, int offload, 
 	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0) | extra;
 	snprintf(ifr.ifr_name, IFNAMSIZ, "vnr%d.%d", getpid() % 10000, seq++);
 	if (ioctl(fd, TUNSETIFF, &ifr) < 0 || h_tap_header(d, fd, vnet_hdr, offload) < 0)
-		goto err;
+		return h_tap_adopt(d, fd, 0, -errno);
 	memcpy(d->ifname, ifr.ifr_name, IFNAMSIZ);
 	s = socket(AF_INET, SOCK_DGRAM, 0);
 	if (s < 0)
-		goto err;
+		return h_tap_adopt(d, fd, 0, -errno);
 	r = ioctl(s, SIOCGIFFLAGS, &ifr);
 	ifr.ifr_flags |= IFF_UP;
 	if (!r)
 		r = ioctl(s, SIOCSIFFLAGS, &ifr);
+	r = r < 0 ? -errno : 0;
 	close(s);
-	if (r < 0)
-		goto err;
-	d->ifindex = if_nametoindex(d->ifname);
-	d->tap = fd;
-	return 0;
-err:
-	r = -errno;
-	close(fd);
-	return r;
+	return h_tap_adopt(d, fd, if_nametoindex(d->ifname), r);
 }
 
 static inline int h_tap_open(struct h_dev *d, bool vnet_hdr, int offload)
@@ -235,8 +242,6 @@ static inline int h_tap_open(struct h_dev *d, bool vnet_hdr, int offload)
 	return h_tap_open_flags(d, vnet_hdr, offload, 0);
 }
 
-/* An AF_PACKET socket on d's tap for ethertype `proto`, that does not see
- * its own sends; with vnet_hdr, frames carry a virtio header (GSO). */
 /*
  * A macvtap backend, as libvirt's <interface type='direct'> makes one: a
  * veth pair (parent vnrpPID.N, peer vnrqPID.N), a macvtap in bridge mode on
@@ -272,17 +277,12 @@ static inline int h_macvtap_open(struct h_dev *d, bool vnet_hdr, int offload)
 	if (fd < 0)
 		return -errno;
 	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (vnet_hdr ? IFF_VNET_HDR : 0);
-	if (ioctl(fd, TUNSETIFF, &ifr) < 0 || h_tap_header(d, fd, vnet_hdr, offload) < 0)
-		goto err;
-	d->ifindex = if_nametoindex(peer);
-	d->tap = fd;
-	return 0;
-err:
-	r = -errno;
-	close(fd);
-	return r;
+	r = ioctl(fd, TUNSETIFF, &ifr) < 0 || h_tap_header(d, fd, vnet_hdr, offload) < 0 ? -errno : 0;
+	return h_tap_adopt(d, fd, if_nametoindex(peer), r);
 }
 
+/* An AF_PACKET socket on d's tap for ethertype `proto`, that does not see
+ * its own sends; with vnet_hdr, frames carry a virtio header (GSO). */
 static inline int h_packet_socket(struct h_dev *d, uint16_t proto, bool vnet_hdr)
 {
 	struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(proto),
