@@ -16,8 +16,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 KO=${KO:-$here/../vhost-net-rs.ko}
 NODE=/dev/vhost-net
 
-# The kernel log since line $1 (dmesg is cleared by in-vm, not here).
-log_since() { dmesg | tail -n +"$(($1 + 1))"; }
+# log_mark: writes a line of its own to the kernel log and prints it; the
+# log is a ring, so a line count would not find the same place again once
+# it is full (the debug kernel fills it).
+log_mark() {
+	local mark="dropin.sh: mark $$.$RANDOM.$SECONDS"
+	echo "$mark" >/dev/kmsg
+	echo "$mark"
+}
+
+# log_since MARK: the kernel log after MARK.
+log_since() { dmesg | sed -n "/$1/,\$p" | tail -n +2; }
 
 # run_suite NAME PROG: PROG (a harness binary) against the drop-in node, as
 # one result; its own output is shown only if it fails.
@@ -38,7 +47,7 @@ ktap_set_plan 11
 # --- refused while the C driver holds minor 238 ---------------------------------
 "$here/load-c-vhost" >/dev/null 2>&1
 vnr_loaded vhost_net_rs && rmmod vhost_net_rs
-mark=$(dmesg | wc -l)
+mark=$(log_mark)
 if ! vnr_loaded vhost_net; then
 	vnr_skip "refused_while_c_vhost_net_loaded" "the C vhost_net did not load"
 elif insmod "$KO" drop_in=1 2>/dev/null; then
@@ -59,7 +68,7 @@ c_node_ok() {
 }
 vnr_check "c_node_untouched_by_refusal" c_node_ok
 
-mark=$(dmesg | wc -l)
+mark=$(log_mark)
 if insmod "$KO" drop_in=2 2>/dev/null; then
 	vnr_fail "drop_in_value_checked" "drop_in=2 loaded"
 	rmmod vhost_net_rs

@@ -1122,6 +1122,29 @@ static inline void h_settle(void)
 	h_shrink_slabs();
 }
 
+/* Slab usage (kB) after work that started from `s0`: settled, and measured
+ * again up to five times a second apart while it is `limit` kB or more
+ * above `s0`, since frees deferred past a grace period (a deleted tap's
+ * net device, RCU-freed objects, slower on the debug kernel) are not
+ * leaks. Returns the lowest reading. */
+static inline long long h_slab_after_kb(long long s0, long long limit)
+{
+	long long s1, best = -1;
+	int i;
+
+	for (i = 0; i < 5; i++) {
+		if (i)
+			sleep(1);
+		h_settle();
+		s1 = h_slab_kb();
+		if (best < 0 || s1 < best)
+			best = s1;
+		if (best - s0 < limit)
+			break;
+	}
+	return best;
+}
+
 /* A counter of the device's fdinfo: `name` (e.g. "drops=") on the line of
  * `vq` (e.g. "vq0:"); ~0 if absent. */
 static inline uint64_t h_fdinfo_u64(struct h_dev *d, const char *vq, const char *name)

@@ -152,8 +152,7 @@ TEST(cve_2015_6252_eventfd_rebind_leaks_nothing)
 		f.fd = -1;
 		ASSERT_EQ(0, h_ioctl(d.fd, cmd, &f));
 	}
-	h_settle();
-	s1 = h_slab_kb();
+	s1 = h_slab_after_kb(s0, 256);
 	TH_LOG("slab %lld -> %lld kB", s0, s1);
 	EXPECT_LT(s1 - s0, 256);
 	/* A leaked reference would keep the eventfd alive after close. */
@@ -375,8 +374,7 @@ TEST(cve_2023_1838_backend_set_unset_race)
 		EXPECT_EQ(0, r[i].bad);
 	}
 	h_teardown(&d);
-	h_settle();
-	s1 = h_slab_kb();
+	s1 = h_slab_after_kb(s0, 512);
 	TH_LOG("slab %lld -> %lld kB", s0, s1);
 	EXPECT_LT(s1 - s0, 512);
 }
@@ -417,8 +415,7 @@ TEST(cve_2026_46320_tx_error_paths_leak_nothing)
 		h_fired(v->err, WAIT_MS);
 		h_teardown(&d);
 	}
-	h_settle();
-	s1 = h_slab_kb();
+	s1 = h_slab_after_kb(s0, 512);
 	TH_LOG("slab %lld -> %lld kB over 50 devices", s0, s1);
 	EXPECT_LT(s1 - s0, 512);
 }
