@@ -50,6 +50,7 @@ use kernel::{
 };
 
 mod dropin;
+mod dirtylog;
 mod eventfd;
 mod file_poll;
 mod memory;

@@ -26,6 +26,7 @@
 //! The worker takes only its queue's lock. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
+use crate::dirtylog::NoLog;
 use crate::eventfd::EventFd;
 use crate::file_poll::{FilePoll, PollableFile, POLLIN};
 use crate::memory::Region;
@@ -183,7 +184,7 @@ impl<B: Backend> ActiveRing<'_, B> {
             return Ok(());
         }
         let mem = OwnerMem;
-        self.ring.add_used(&mem, &self.heads[..count])?;
+        self.ring.add_used(&mem, &NoLog, &self.heads[..count])?;
         if self.ring.should_notify(&mem)? {
             if let Some(call) = self.call {
                 call.signal();
@@ -198,8 +199,8 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// caller goes on (charging the retry to its weight).
     pub(crate) fn wait_for_kick(&mut self) -> Result<bool, VringError> {
         let mem = OwnerMem;
-        if self.ring.enable_notify(&mem)? {
-            self.ring.disable_notify(&mem)?;
+        if self.ring.enable_notify(&mem, &NoLog)? {
+            self.ring.disable_notify(&mem, &NoLog)?;
             return Ok(true);
         }
         Ok(false)
@@ -484,7 +485,7 @@ impl<B: Backend> VqState<B> {
             return;
         }
         let Some(addr) = self.addr else { return };
-        let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used };
+        let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: None };
         // INVARIANT: the conditions above, and `num` is valid by the type
         // invariant, so `resume` succeeds.
         self.ring = Vring::resume(layout, self.base, self.used_idx, ring_features(self.features));
