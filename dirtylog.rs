@@ -50,11 +50,6 @@ impl DirtyLog {
         Self { base }
     }
 
-    /// The owner address of the bitmap.
-    pub(crate) fn base(&self) -> u64 {
-        self.base
-    }
-
     /// Whether the bits of the guest range `[gpa, gpa + size)` lie below
     /// `user_limit`, with the C driver's arithmetic (`log_access_ok`): the
     /// byte of `gpa`'s page, then `size` rounded up to whole log bytes.
@@ -91,23 +86,3 @@ pub(crate) trait WriteLog {
     fn mark(&self, gpa: u64, len: u64) -> Result<(), LogError>;
 }
 
-/// Logging is off.
-pub(crate) struct NoLog;
-
-impl WriteLog for NoLog {
-    fn mark(&self, _gpa: u64, _len: u64) -> Result<(), LogError> {
-        Ok(())
-    }
-}
-
-/// Logging into `log`, whose bits live in `bitmap`.
-pub(crate) struct Logging<'a, B: LogBitmap> {
-    pub(crate) log: DirtyLog,
-    pub(crate) bitmap: &'a B,
-}
-
-impl<B: LogBitmap> WriteLog for Logging<'_, B> {
-    fn mark(&self, gpa: u64, len: u64) -> Result<(), LogError> {
-        self.log.mark(self.bitmap, gpa, len)
-    }
-}

@@ -117,7 +117,7 @@ impl LogBitmap for OwnerBitmap {
         // SAFETY: Pins at most one page of the current task's address space
         // at a user address (checked above; gup checks it again), writing
         // one pointer to `page`.
-        let pinned = unsafe { bindings::pin_user_pages_fast(addr as _, 1, bindings::FOLL_WRITE, &mut page) };
+        let pinned = unsafe { bindings::pin_user_pages_fast(addr as kernel::ffi::c_ulong, 1, bindings::FOLL_WRITE, &mut page) };
         if pinned != 1 || page.is_null() {
             return Err(LogError::Fault);
         }

@@ -26,11 +26,11 @@
 //! The worker takes only its queue's lock. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
-use crate::dirtylog::NoLog;
+use crate::dirtylog::{DirtyLog, LogError, WriteLog};
 use crate::eventfd::EventFd;
 use crate::file_poll::{FilePoll, PollableFile, POLLIN};
 use crate::memory::Region;
-use crate::uaccess::{user_limit, OwnerMem};
+use crate::uaccess::{user_limit, OwnerBitmap, OwnerMem};
 use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG_MASK};
 use crate::vring::{self, GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
 use crate::worker::{should_stop_polling, Waker, Work};
@@ -155,6 +155,13 @@ pub(crate) struct VqState<B: Backend> {
     err: Option<EventFd>,
     waker: Arc<Waker>,
     stats: Stats,
+    /// `VHOST_SET_LOG_BASE`, as this queue was given it.
+    log: DirtyLog,
+    /// `VHOST_SET_LOG_FD`: signalled after the device logged writes.
+    log_eventfd: Option<EventFd>,
+    /// The used ring's guest-physical address for the log, if
+    /// `VHOST_VRING_F_LOG` was set (`log_guest_addr`).
+    used_log: Option<u64>,
     /// Scratch space of the data path, allocated once so that no packet
     /// allocates.
     iov: KVec<Iov>,
@@ -175,6 +182,31 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
     pub(crate) waker: &'a Arc<Waker>,
     call: Option<&'a EventFd>,
     busyloop_timeout: u32,
+    pub(crate) log: RunLog<'a>,
+}
+
+/// The dirty log as one run of the data path sees it.
+pub(crate) struct RunLog<'a> {
+    log: DirtyLog,
+    eventfd: Option<&'a EventFd>,
+    /// `VHOST_F_LOG_ALL`: the data the device writes is logged (the used
+    /// ring's writes follow `VHOST_VRING_F_LOG`, inside [`Vring`]).
+    data: bool,
+}
+
+impl WriteLog for RunLog<'_> {
+    fn mark(&self, gpa: u64, len: u64) -> Result<(), LogError> {
+        self.log.mark(&OwnerBitmap, gpa, len)
+    }
+}
+
+impl RunLog<'_> {
+    /// Tells userspace the log moved (C signals its `log_ctx`).
+    fn signal(&self) {
+        if let Some(eventfd) = self.eventfd {
+            eventfd.signal();
+        }
+    }
 }
 
 impl<B: Backend> ActiveRing<'_, B> {
@@ -184,7 +216,10 @@ impl<B: Backend> ActiveRing<'_, B> {
             return Ok(());
         }
         let mem = OwnerMem;
-        self.ring.add_used(&mem, &NoLog, &self.heads[..count])?;
+        self.ring.add_used(&mem, &self.log, &self.heads[..count])?;
+        if self.ring.logs_used() {
+            self.log.signal();
+        }
         if self.ring.should_notify(&mem)? {
             if let Some(call) = self.call {
                 call.signal();
@@ -199,8 +234,8 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// caller goes on (charging the retry to its weight).
     pub(crate) fn wait_for_kick(&mut self) -> Result<bool, VringError> {
         let mem = OwnerMem;
-        if self.ring.enable_notify(&mem, &NoLog)? {
-            self.ring.disable_notify(&mem, &NoLog)?;
+        if self.ring.enable_notify(&mem, &self.log)? {
+            self.ring.disable_notify(&mem, &self.log)?;
             return Ok(true);
         }
         Ok(false)
@@ -233,6 +268,29 @@ impl<B: Backend> ActiveRing<'_, B> {
 
     pub(crate) fn has_feature(&self, bit_nr: u32) -> bool {
         self.features & bit(bit_nr) != 0
+    }
+
+    /// Logs that the device wrote the first `len` bytes of the buffers
+    /// `iov`, with `VHOST_F_LOG_ALL` (C's `vhost_log_write`), once the
+    /// writes are visible. As in C, a log that cannot be written (the owner
+    /// unmapped it after it was checked) does not stop the queue.
+    pub(crate) fn log_written(&self, iov: &[Iov], len: u64) {
+        if !self.log.data {
+            return;
+        }
+        OwnerMem.wmb();
+        let mut rest = len;
+        for seg in iov {
+            if rest == 0 {
+                break;
+            }
+            let n = core::cmp::min(seg.len, rest);
+            if self.log.mark(seg.gpa, n).is_err() {
+                break;
+            }
+            rest -= n;
+        }
+        self.log.signal();
     }
 }
 
@@ -268,6 +326,9 @@ impl<B: Backend> VqState<B> {
             err: None,
             waker,
             stats: Stats::default(),
+            log: DirtyLog::default(),
+            log_eventfd: None,
+            used_log: None,
             iov,
             heads,
             scratch: B::new_scratch()?,
@@ -294,7 +355,6 @@ impl<B: Backend> VqState<B> {
         if addr.flags & !VHOST_VRING_F_LOG_MASK != 0 {
             return Err(EOPNOTSUPP);
         }
-        // Logging is not offered, so a log address is checked but not used.
         if addr.avail_user_addr % AVAIL_ALIGN != 0
             || addr.used_user_addr % USED_ALIGN != 0
             || addr.log_guest_addr % USED_ALIGN != 0
@@ -302,11 +362,13 @@ impl<B: Backend> VqState<B> {
             return Err(EINVAL);
         }
         let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
-        if self.backend.is_some() && !new.in_user_space(self.num) {
+        let used_log = (addr.flags & VHOST_VRING_F_LOG_MASK != 0).then_some(addr.log_guest_addr);
+        if self.backend.is_some() && (!new.in_user_space(self.num) || !self.log_covers_used(self.log, used_log)) {
             return Err(EINVAL);
         }
         self.stop();
         self.addr = Some(new);
+        self.used_log = used_log;
         // New addresses are a reconfiguration: a ring the guest corrupted
         // may run again (a stopped one still waits for its backend).
         self.broken = false;
@@ -431,7 +493,60 @@ impl<B: Backend> VqState<B> {
     /// the C driver does: the ring addresses must be set (`-EFAULT`, for
     /// an unbind too).
     pub(crate) fn check_ring_addr(&self) -> Result {
-        self.addr.map(|_| ()).ok_or(EFAULT)
+        self.addr.ok_or(EFAULT)?;
+        if !self.log_covers(self.log) {
+            return Err(EFAULT);
+        }
+        Ok(())
+    }
+
+    /// Whether `log` has room for the bits of the used ring at `used_log`
+    /// (C's `vq_log_used_access_ok`).
+    fn log_covers_used(&self, log: DirtyLog, used_log: Option<u64>) -> bool {
+        match used_log {
+            Some(gpa) => log.covers(gpa, Vring::sizes(self.num, true).2, user_limit()),
+            None => true,
+        }
+    }
+
+    /// Whether `log` has room for everything this queue would log (C's
+    /// `vq_log_access_ok`): every region with `VHOST_F_LOG_ALL`, and the
+    /// used ring with `VHOST_VRING_F_LOG`.
+    fn log_covers(&self, log: DirtyLog) -> bool {
+        let table = self.features & bit(feature::VHOST_F_LOG_ALL) == 0
+            || self.mem.as_deref().is_some_and(|mem| log.covers_table(mem, user_limit()));
+        table && self.log_covers_used(log, self.used_log)
+    }
+
+    /// `VHOST_SET_LOG_BASE` for this queue: refused (`-EFAULT`) if a
+    /// running queue's writes would not fit, checked again at attach.
+    pub(crate) fn set_log_base(&mut self, log: DirtyLog) -> Result {
+        if self.backend.is_some() && !self.log_covers(log) {
+            return Err(EFAULT);
+        }
+        self.log = log;
+        Ok(())
+    }
+
+    /// `VHOST_SET_LOG_FD` for this queue; `None` unbinds.
+    pub(crate) fn set_log_eventfd(&mut self, eventfd: Option<EventFd>) {
+        self.log_eventfd = eventfd;
+    }
+
+    /// Whether `SET_FEATURES` may turn `VHOST_F_LOG_ALL` on: every region
+    /// of an attached queue's table has room in its log (C's
+    /// `vhost_log_access_ok`; a queue with no table refuses).
+    pub(crate) fn can_log_all(&self) -> bool {
+        self.backend.is_none() || self.mem.as_deref().is_some_and(|mem| self.log.covers_table(mem, user_limit()))
+    }
+
+    /// Whether a new memory table can replace this queue's (C's
+    /// `memory_access_ok`): with `VHOST_F_LOG_ALL`, an attached queue's log
+    /// must have room for it.
+    pub(crate) fn can_take_mem(&self, mem: &MemTable) -> bool {
+        self.backend.is_none()
+            || self.features & bit(feature::VHOST_F_LOG_ALL) == 0
+            || self.log.covers_table(mem, user_limit())
     }
 
     /// Whether the attached backend is `file`.
@@ -477,6 +592,9 @@ impl<B: Backend> VqState<B> {
         self.stopped = false;
         self.broken = false;
         self.features = 0;
+        self.log = DirtyLog::default();
+        self.log_eventfd = None;
+        self.used_log = None;
     }
 
     /// Starts the ring if everything it needs is there.
@@ -485,7 +603,8 @@ impl<B: Backend> VqState<B> {
             return;
         }
         let Some(addr) = self.addr else { return };
-        let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: None };
+        let layout =
+            RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: self.used_log };
         // INVARIANT: the conditions above, and `num` is valid by the type
         // invariant, so `resume` succeeds.
         self.ring = Vring::resume(layout, self.base, self.used_idx, ring_features(self.features));
@@ -516,6 +635,11 @@ impl<B: Backend> VqState<B> {
             waker: &self.waker,
             call: self.call.as_ref(),
             busyloop_timeout: self.busyloop_timeout,
+            log: RunLog {
+                log: self.log,
+                eventfd: self.log_eventfd.as_ref(),
+                data: self.features & bit(feature::VHOST_F_LOG_ALL) != 0,
+            },
         })
     }
 

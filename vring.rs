@@ -252,17 +252,26 @@ impl Vring {
 
     /// Logs a write of `len` bytes at byte `offset` of the used ring, if its
     /// writes are logged, after the write itself is visible (C's
-    /// `log_used`). A bitmap that cannot be written is the owner's fault.
+    /// `log_used`). As in C, a log that cannot be written does not stop
+    /// the ring: the bitmap's room was checked when it was set, so only the
+    /// owner unmapping it makes this fail, and the owner then reads no log.
     fn log_used<M: GuestMemory, L: WriteLog>(&self, mem: &M, log: &L, offset: u64, len: u64) -> Result<(), VringError> {
         let Some(used_gpa) = self.used_log else { return Ok(()) };
         mem.wmb();
-        let gpa = used_gpa.checked_add(offset).ok_or(VringError::Fault)?;
-        log.mark(gpa, len).map_err(|LogError::Fault| VringError::Fault)
+        if let Some(gpa) = used_gpa.checked_add(offset) {
+            let _unwritable: Result<(), LogError> = log.mark(gpa, len);
+        }
+        Ok(())
     }
 
     /// Next avail entry the device will take (what `GET_VRING_BASE` reports).
     pub(crate) fn last_avail_idx(&self) -> u16 {
         self.last_avail_idx
+    }
+
+    /// Whether writes to the used ring are logged (`VHOST_VRING_F_LOG`).
+    pub(crate) fn logs_used(&self) -> bool {
+        self.used_log.is_some()
     }
 
     /// Next used entry the device will fill.

@@ -5,8 +5,8 @@
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
 use arbitrary::Arbitrary;
 use crate::memory::{validate, Region};
-use crate::dirtylog::NoLog;
-use crate::testmem::TestMem;
+
+use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
 #[derive(Arbitrary, Debug)]

@@ -2,8 +2,8 @@
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
 use crate::memory::{validate, Region};
-use crate::dirtylog::NoLog;
-use crate::testmem::TestMem;
+
+use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
 pub struct Rng(pub u64);

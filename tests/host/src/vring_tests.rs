@@ -1,6 +1,6 @@
 use crate::memory::{validate, Region};
-use crate::dirtylog::NoLog;
-use crate::testmem::TestMem;
+
+use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
 const BASE: u64 = 0x10_0000; // owner address of guest-physical 0
