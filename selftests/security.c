@@ -288,6 +288,7 @@ TEST(cve_2019_14835_zero_length_descriptors)
 	uint16_t i;
 
 	ASSERT_TRUE(bitmap != NULL);
+	o.num = 256;	/* room for the 121-descriptor RX chain */
 	ASSERT_EQ(0, h_setup(&d, &o));
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_LOG_BASE, &log));
 	f = d.features | (1ULL << VHOST_F_LOG_ALL);
