@@ -70,7 +70,7 @@ use memory::{MemError, Region};
 use net::{RxQueue, TxQueue};
 use uapi::*;
 use uaccess::user_limit;
-use virtqueue::{Backend, VirtQueue};
+use virtqueue::{Backend, MemTable, VirtQueue};
 use worker::Worker;
 
 module! {
@@ -334,7 +334,7 @@ fn queue_ioctl<B: Backend>(
             // Like the C driver, any fd that is not a usable backend,
             // closed ones included, is -ENOTSOCK.
             let fd = read_arg::<VringFile>(arg)?.fd;
-            queue.check_ring_addr()?;
+            queue.check_access()?;
             let backend = match fd {
                 VHOST_FILE_UNBIND => None,
                 fd => {
@@ -402,10 +402,16 @@ impl VhostNet {
         Ok(0)
     }
 
+    /// `RESET_OWNER`: the device as freshly opened, except that, as in the
+    /// C driver (`vhost_dev_reset_owner`), the queues keep an empty memory
+    /// table rather than none, which a backend can be attached with.
     fn reset_owner(&self) -> Result<isize> {
         let mut st = self.state.lock();
         st.check_owner()?;
+        let empty: Arc<MemTable> = Arc::new(KVec::new(), GFP_KERNEL)?;
         self.teardown(&mut st);
+        self.rx.lock().set_mem(empty.clone());
+        self.tx.lock().set_mem(empty);
         Ok(0)
     }
 
@@ -486,12 +492,12 @@ impl VhostNet {
     /// -1 unbinds.
     fn set_log_fd(&self, arg: usize) -> Result<isize> {
         let fd: i32 = read_arg(arg)?;
-        let (rx, tx) = match fd {
-            VHOST_FILE_UNBIND => (None, None),
-            fd => (Some(EventFd::from_fd(fd)?), Some(EventFd::from_fd(fd)?)),
+        let eventfd = match fd {
+            VHOST_FILE_UNBIND => None,
+            fd => Some(Arc::new(EventFd::from_fd(fd)?, GFP_KERNEL)?),
         };
-        self.rx.lock().set_log_eventfd(rx);
-        self.tx.lock().set_log_eventfd(tx);
+        self.rx.lock().set_log_eventfd(eventfd.clone());
+        self.tx.lock().set_log_eventfd(eventfd);
         Ok(0)
     }
 

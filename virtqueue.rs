@@ -34,6 +34,7 @@ use crate::uaccess::{user_limit, OwnerBitmap, OwnerMem};
 use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG_MASK};
 use crate::vring::{self, GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
 use crate::worker::{should_stop_polling, Waker, Work};
+use core::cell::Cell;
 use kernel::{
     fs::File,
     new_mutex,
@@ -157,8 +158,9 @@ pub(crate) struct VqState<B: Backend> {
     stats: Stats,
     /// `VHOST_SET_LOG_BASE`, as this queue was given it.
     log: DirtyLog,
-    /// `VHOST_SET_LOG_FD`: signalled after the device logged writes.
-    log_eventfd: Option<EventFd>,
+    /// `VHOST_SET_LOG_FD`: signalled after the device logged writes. One
+    /// eventfd, shared by the device's queues.
+    log_eventfd: Option<Arc<EventFd>>,
     /// The used ring's guest-physical address for the log, if
     /// `VHOST_VRING_F_LOG` was set (`log_guest_addr`).
     used_log: Option<u64>,
@@ -186,25 +188,41 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
 }
 
 /// The dirty log as one run of the data path sees it.
+///
+/// Every write the device makes to guest memory goes through one of
+/// [`Vring`]'s methods or [`ActiveRing::log_written`], and each of them
+/// marks its pages here, then has userspace told with [`RunLog::flush`].
 pub(crate) struct RunLog<'a> {
     log: DirtyLog,
     eventfd: Option<&'a EventFd>,
     /// `VHOST_F_LOG_ALL`: the data the device writes is logged (the used
     /// ring's writes follow `VHOST_VRING_F_LOG`, inside [`Vring`]).
     data: bool,
+    /// Bits were set since the eventfd was last signalled.
+    marked: Cell<bool>,
 }
 
 impl WriteLog for RunLog<'_> {
     fn mark(&self, gpa: u64, len: u64) -> Result<(), LogError> {
-        self.log.mark(&OwnerBitmap, gpa, len)
+        self.log.mark(&OwnerBitmap, gpa, len)?;
+        self.marked.set(true);
+        Ok(())
     }
 }
 
-impl RunLog<'_> {
-    /// Tells userspace the log moved (C signals its `log_ctx`).
-    fn signal(&self) {
-        if let Some(eventfd) = self.eventfd {
-            eventfd.signal();
+impl<'a> RunLog<'a> {
+    fn new(log: DirtyLog, eventfd: Option<&'a EventFd>, features: u64) -> Self {
+        Self { log, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
+    }
+
+    /// Tells userspace that the log has new bits, once per batch of
+    /// writes (C signals its `log_ctx` after each `log_used` or
+    /// `vhost_log_write` that succeeded).
+    pub(crate) fn flush(&self) {
+        if self.marked.replace(false) {
+            if let Some(eventfd) = self.eventfd {
+                eventfd.signal();
+            }
         }
     }
 }
@@ -217,9 +235,7 @@ impl<B: Backend> ActiveRing<'_, B> {
         }
         let mem = OwnerMem;
         self.ring.add_used(&mem, &self.log, &self.heads[..count])?;
-        if self.ring.logs_used() {
-            self.log.signal();
-        }
+        self.log.flush();
         if self.ring.should_notify(&mem)? {
             if let Some(call) = self.call {
                 call.signal();
@@ -234,11 +250,12 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// caller goes on (charging the retry to its weight).
     pub(crate) fn wait_for_kick(&mut self) -> Result<bool, VringError> {
         let mem = OwnerMem;
-        if self.ring.enable_notify(&mem, &self.log)? {
+        let more = self.ring.enable_notify(&mem, &self.log)?;
+        if more {
             self.ring.disable_notify(&mem, &self.log)?;
-            return Ok(true);
         }
-        Ok(false)
+        self.log.flush();
+        Ok(more)
     }
 
     /// Busy-polls for up to the queue's `VHOST_SET_VRING_BUSYLOOP_TIMEOUT`
@@ -266,6 +283,14 @@ impl<B: Backend> ActiveRing<'_, B> {
         }
     }
 
+    /// Asks the guest not to kick while this run polls the ring
+    /// (`vhost_disable_notify`).
+    pub(crate) fn disable_notify(&mut self) -> Result<(), VringError> {
+        self.ring.disable_notify(&OwnerMem, &self.log)?;
+        self.log.flush();
+        Ok(())
+    }
+
     pub(crate) fn has_feature(&self, bit_nr: u32) -> bool {
         self.features & bit(bit_nr) != 0
     }
@@ -286,11 +311,12 @@ impl<B: Backend> ActiveRing<'_, B> {
             }
             let n = core::cmp::min(seg.len, rest);
             if self.log.mark(seg.gpa, n).is_err() {
-                break;
+                // C returns here, without signalling.
+                return;
             }
             rest -= n;
         }
-        self.log.signal();
+        self.log.flush();
     }
 }
 
@@ -459,11 +485,13 @@ impl<B: Backend> VqState<B> {
     /// released here, under the lock, before the worker can use the new
     /// one: packets it had taken off the tap go back in order.
     pub(crate) fn set_backend(&mut self, backend: Option<B>) -> Result {
-        let addr = self.addr.ok_or(EFAULT)?;
         let mut backend = backend;
         let used_idx = match backend.as_mut() {
             Some(new) => {
-                let used_idx = Self::init_access(&addr, self.num)?;
+                // C writes the used flags of a ring it has no address for
+                // at address 0, and faults.
+                let addr = self.addr.ok_or(EFAULT)?;
+                let used_idx = self.init_access(&addr)?;
                 new.enable(&self.waker)?;
                 used_idx
             }
@@ -490,10 +518,11 @@ impl<B: Backend> VqState<B> {
     }
 
     /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd, as
-    /// the C driver does: the ring addresses must be set (`-EFAULT`, for
-    /// an unbind too).
-    pub(crate) fn check_ring_addr(&self) -> Result {
-        self.addr.ok_or(EFAULT)?;
+    /// the C driver does (`vhost_vq_access_ok`): a memory table must be
+    /// set and the log must have room for what the queue would log
+    /// (`-EFAULT`, for an unbind too). Ring addresses are checked when a
+    /// backend is attached.
+    pub(crate) fn check_access(&self) -> Result {
         if !self.log_covers(self.log) {
             return Err(EFAULT);
         }
@@ -501,20 +530,23 @@ impl<B: Backend> VqState<B> {
     }
 
     /// Whether `log` has room for the bits of the used ring at `used_log`
-    /// (C's `vq_log_used_access_ok`).
+    /// (C's `vq_log_used_access_ok`): the ring's size with `avail_event`
+    /// only under event-idx (`vhost_get_used_size`).
     fn log_covers_used(&self, log: DirtyLog, used_log: Option<u64>) -> bool {
+        let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
         match used_log {
-            Some(gpa) => log.covers(gpa, Vring::sizes(self.num, true).2, user_limit()),
+            Some(gpa) => log.covers(gpa, Vring::sizes(self.num, event_idx).2, user_limit()),
             None => true,
         }
     }
 
-    /// Whether `log` has room for everything this queue would log (C's
-    /// `vq_log_access_ok`): every region with `VHOST_F_LOG_ALL`, and the
+    /// Whether the queue can run with `log` (C's `vq_log_access_ok`): it
+    /// has a memory table (C refuses a queue without one, log or not), the
+    /// log has room for every region with `VHOST_F_LOG_ALL`, and for the
     /// used ring with `VHOST_VRING_F_LOG`.
     fn log_covers(&self, log: DirtyLog) -> bool {
-        let table = self.features & bit(feature::VHOST_F_LOG_ALL) == 0
-            || self.mem.as_deref().is_some_and(|mem| log.covers_table(mem, user_limit()));
+        let Some(mem) = self.mem.as_deref() else { return false };
+        let table = self.features & bit(feature::VHOST_F_LOG_ALL) == 0 || log.covers_table(mem, user_limit());
         table && self.log_covers_used(log, self.used_log)
     }
 
@@ -529,7 +561,7 @@ impl<B: Backend> VqState<B> {
     }
 
     /// `VHOST_SET_LOG_FD` for this queue; `None` unbinds.
-    pub(crate) fn set_log_eventfd(&mut self, eventfd: Option<EventFd>) {
+    pub(crate) fn set_log_eventfd(&mut self, eventfd: Option<Arc<EventFd>>) {
         self.log_eventfd = eventfd;
     }
 
@@ -556,14 +588,23 @@ impl<B: Backend> VqState<B> {
 
     /// `vhost_vq_init_access`: the ring must lie in the user address space
     /// and be reachable, its used flags writable (they are reset, so a
-    /// stale `NO_NOTIFY` does not linger), and the device continues from
-    /// the guest's used index, which it returns. `-EFAULT` otherwise.
-    fn init_access(addr: &RingAddr, num: u32) -> Result<u16> {
-        if !addr.in_user_space(num) {
+    /// stale `NO_NOTIFY` does not linger, and the write is logged), and the
+    /// device continues from the guest's used index, which it returns.
+    /// `-EFAULT` otherwise.
+    fn init_access(&self, addr: &RingAddr) -> Result<u16> {
+        if !addr.in_user_space(self.num) {
             return Err(EFAULT);
         }
         let mem = OwnerMem;
         mem.write_u16(Vring::used_flags_addr_of(addr.used), 0).map_err(|_| EFAULT)?;
+        if let Some(used_gpa) = self.used_log {
+            let log = self.run_log();
+            mem.wmb();
+            // As on the data path, a log the owner unmapped does not fail
+            // the attach.
+            let _unwritable: Result<(), LogError> = log.mark(used_gpa, 2);
+            log.flush();
+        }
         mem.read_u16(Vring::avail_idx_addr_of(addr.avail)).map_err(|_| EFAULT)?;
         mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
     }
@@ -635,12 +676,13 @@ impl<B: Backend> VqState<B> {
             waker: &self.waker,
             call: self.call.as_ref(),
             busyloop_timeout: self.busyloop_timeout,
-            log: RunLog {
-                log: self.log,
-                eventfd: self.log_eventfd.as_ref(),
-                data: self.features & bit(feature::VHOST_F_LOG_ALL) != 0,
-            },
+            log: RunLog::new(self.log, self.log_eventfd.as_deref(), self.features),
         })
+    }
+
+    /// The log as a run of the data path would see it.
+    fn run_log(&self) -> RunLog<'_> {
+        RunLog::new(self.log, self.log_eventfd.as_deref(), self.features)
     }
 
     /// Reports an error of the data path: error eventfd, counter, one debug

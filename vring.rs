@@ -269,11 +269,6 @@ impl Vring {
         self.last_avail_idx
     }
 
-    /// Whether writes to the used ring are logged (`VHOST_VRING_F_LOG`).
-    pub(crate) fn logs_used(&self) -> bool {
-        self.used_log.is_some()
-    }
-
     /// Next used entry the device will fill.
     pub(crate) fn last_used_idx(&self) -> u16 {
         self.last_used_idx
