@@ -21,6 +21,9 @@
 #                 lets QEMU open them; the guest gets 2 vCPUs.
 #   G_TAPDEV=DEV  the guest's backend is this character device (a macvtap's
 #                 /dev/tapN) instead of the tap $G_TAP.
+#   G_QMP=PATH    QEMU listens for QMP on the unix socket PATH.
+#   G_QEMU_ARGS   more QEMU arguments, split at spaces ("-incoming unix:X",
+#                 "-only-migratable").
 #
 # Guest kernel and initramfs come from scripts/setup ($VNR_CACHE/guest).
 
@@ -102,6 +105,9 @@ g_start() {
 		-kernel "$G_KERNEL" -initrd "$G_INITRD"
 		-append "console=ttyS0 quiet panic=-1 vnr.ip=$G_GUEST_IP/24"
 		-netdev "$netdev" -device "$nic,mac=$G_MAC")
+	[ -n "${G_QMP:-}" ] && args+=(-qmp "unix:$G_QMP,server=on,wait=off")
+	# shellcheck disable=SC2206  # split at spaces, as documented
+	[ -n "${G_QEMU_ARGS:-}" ] && args+=($G_QEMU_ARGS)
 	(
 		if [ -n "$vhostdev" ] && [ "$queues" = 1 ]; then exec 3<>"$vhostdev" || exit 1; fi
 		if [ -n "${G_TAPDEV:-}" ]; then exec 4<>"$G_TAPDEV" || exit 1; fi

@@ -15,7 +15,7 @@
 #include "kselftest_harness.h"
 
 #define LOG_PAGE	4096ULL
-#define LOG_BYTES	(H_MEM_SIZE / LOG_PAGE / 8)
+#define LOG_BYTES	H_LOG_BYTES
 /* Allocated: room for a log whose base is the allocation plus one byte,
  * rounded to the word the kernel sets bits in. */
 #define LOG_ALLOC	(LOG_BYTES + 8)
@@ -77,35 +77,6 @@ static unsigned int compare(const uint8_t *bitmap, const uint8_t *want, unsigned
 	return missing;
 }
 
-/* Turns logging on, as QEMU does at migration start: the log base and fd,
- * LOG_ALL, then both rings' addresses again with VHOST_VRING_F_LOG. */
-static int log_start(struct h_dev *d, uint8_t *bitmap, int logfd)
-{
-	uint64_t base = (uint64_t)(uintptr_t)bitmap, f = d->features | (1ULL << VHOST_F_LOG_ALL);
-	int q, r;
-
-	if ((r = h_ioctl(d->fd, VHOST_SET_LOG_BASE, &base)))
-		return r;
-	if ((r = h_ioctl(d->fd, VHOST_SET_LOG_FD, &logfd)))
-		return r;
-	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
-		return r;
-	for (q = 0; q < 2; q++) {
-		struct h_vq *v = &d->vq[q];
-		struct vhost_vring_addr a = {
-			.index = q, .flags = 1 << VHOST_VRING_F_LOG,
-			.desc_user_addr = (uint64_t)(uintptr_t)v->vr.desc,
-			.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail,
-			.used_user_addr = (uint64_t)(uintptr_t)v->vr.used,
-			.log_guest_addr = h_gpa(d, v->vr.used),
-		};
-
-		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_ADDR, &a)))
-			return r;
-	}
-	return 0;
-}
-
 TEST(log_all_is_offered)
 {
 	int fd = open(h_dev_path(), O_RDWR);
@@ -144,7 +115,7 @@ TEST(rx_writes_are_logged)
 
 	ASSERT_TRUE(bitmap && want && logfd >= 0);
 	ASSERT_EQ(0, h_setup(&d, &opts));
-	ASSERT_EQ(0, log_start(&d, bitmap, logfd));
+	ASSERT_EQ(0, h_log_start(&d, bitmap, logfd));
 	/* Frames of several sizes, so packets cross buffer and page edges.
 	 * The used entries are read after each run, before the ring wraps. */
 	from = d.vq[0].vr.used->idx;
@@ -180,7 +151,7 @@ TEST(tx_used_ring_writes_are_logged)
 
 	ASSERT_TRUE(bitmap && want && logfd >= 0);
 	ASSERT_EQ(0, h_setup(&d, &opts));
-	ASSERT_EQ(0, log_start(&d, bitmap, logfd));
+	ASSERT_EQ(0, h_log_start(&d, bitmap, logfd));
 	from = d.vq[1].vr.used->idx;
 	ASSERT_EQ(0, h_run_tx(&d, 300, 200, 0));
 	to = d.vq[1].vr.used->idx;
@@ -210,7 +181,7 @@ TEST(logging_off_logs_nothing)
 
 	ASSERT_TRUE(bitmap && logfd >= 0);
 	ASSERT_EQ(0, h_setup(&d, &opts));
-	ASSERT_EQ(0, log_start(&d, bitmap, logfd));
+	ASSERT_EQ(0, h_log_start(&d, bitmap, logfd));
 	ASSERT_EQ(0, h_run_rx(&d, 50, 500));
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_FEATURES, &d.features));
 	for (q = 0; q < 2; q++) {

@@ -1,0 +1,197 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# migrate.sh: live migration of a running guest whose network is on vhost.
+# KTAP output. Runs in the test VM (`make check-e2e`).
+#
+# Two QEMUs on one bridge: the source boots the guest on tap vnrmig0, the
+# destination waits on tap vnrmig1 with `-incoming unix:...`, both with
+# vhost=on,vhostforce=on and the same MAC. While the host streams data
+# into the guest (it lands in the guest's RAM through the RX ring) and
+# ping-floods it, QEMU migrates the guest over a unix socket. QEMU turns the
+# device's dirty logging on for that (VHOST_F_LOG_ALL, SET_LOG_BASE,
+# VHOST_VRING_F_LOG) and reads the log to resend what the device wrote; a
+# page the device wrote but did not log reaches the destination stale.
+#
+# Each case checks:
+#   - the migration completes, and the destination runs;
+#   - the guest answers on the destination once the source is gone;
+#   - the flood's loss is bounded by the outage: at most 100 packets per
+#     second (ping -f's pace without replies) over QEMU's measured downtime
+#     plus 2 s for the destination to start and the bridge to learn the
+#     guest's new port, plus 20 in flight;
+#   - the streamed bytes the guest stored match, byte for byte (md5), what
+#     the host sent: the stream is checksummed by the host stack, so the
+#     guest does not verify it and stale RX pages would show here;
+#   - on vhost-net-rs, the destination's own counters carried the traffic.
+# Cases: vhost-net-rs to vhost-net-rs, the C driver to the C driver (the
+# comparison, same run), and vhost-net-rs to the C driver (a host changing
+# drivers under a running guest). That QEMU accepts the device with
+# -only-migratable is checked by e2e.sh's first boot.
+#
+# Only with VNR_E2E=full (make check-e2e); otherwise it skips.
+# VNR_MIGRATE_RATE sets the stream's rate in bytes/s (default 1000000);
+# VNR_MIGRATE_CASES the cases ("rs:rs c:c rs:c").
+cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=../scripts/lib.sh
+. scripts/lib.sh
+# shellcheck source=../scripts/guest.sh
+. scripts/guest.sh
+# shellcheck source=ktap.sh
+. selftests/ktap.sh
+
+PY=/usr/bin/python3
+HELPER=selftests/migrate.py
+BR=vnrbr0 SRC_TAP=vnrmig0 DST_TAP=vnrmig1
+RATE=${VNR_MIGRATE_RATE:-1000000}
+CASES=${VNR_MIGRATE_CASES:-rs:rs c:c rs:c}
+WORK=$(mktemp -d /tmp/vnr-migrate.XXXXXX)
+SRC_PID='' DST_PID='' SRC_LOG='' DST_LOG='' BG_PIDS=()
+
+# stop_qemu PID LOG: what g_stop does, for one of the two QEMUs.
+stop_qemu() {
+	[ -n "$1" ] || return 0
+	G_PID=$1 G_LOG=$2
+	g_stop
+}
+
+stop_all() {
+	local p
+	for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	BG_PIDS=()
+	stop_qemu "$SRC_PID" "$SRC_LOG"
+	stop_qemu "$DST_PID" "$DST_LOG"
+	SRC_PID='' DST_PID=''
+	rm -f "$WORK"/*
+}
+
+net_down() {
+	ip link del "$SRC_TAP" 2>/dev/null
+	ip link del "$DST_TAP" 2>/dev/null
+	ip link del "$BR" 2>/dev/null
+	true
+}
+trap 'stop_all; net_down; rm -rf "$WORK"' EXIT
+
+# The host's address is on the bridge; the two taps are its ports.
+net_up() {
+	local t
+	net_down
+	ip link add "$BR" type bridge forward_delay 0 || return 1
+	ip addr add "$G_HOST_IP/24" dev "$BR" || return 1
+	ip link set "$BR" up || return 1
+	for t in "$SRC_TAP" "$DST_TAP"; do
+		ip tuntap add dev "$t" mode tap || return 1
+		ip link set "$t" master "$BR" || return 1
+		ip link set "$t" up || return 1
+	done
+}
+
+drv_name() { [ "$1" = rs ] && echo vhost-net-rs || echo C; }
+
+# migrate_case SRC DST: one migration from a guest on driver SRC (rs or c)
+# to a QEMU on driver DST.
+migrate_case() {
+	local src=$1 dst=$2 name="migrate_${1}_to_${2}" t out total downtime setup bytes r tx rx loss
+	local bound sent_bytes sent_md5 got dst_rx i
+	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' g_start "$src" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
+	SRC_PID=$G_PID SRC_LOG=$G_LOG
+	if ! t=$(g_wait); then
+		vnr_fail "${name}_completes" "the source guest did not boot"
+		stop_all
+		return
+	fi
+	G_TAP=$DST_TAP G_QMP=$WORK/dst.qmp G_QEMU_ARGS="-incoming unix:$WORK/mig.sock" g_start "$dst" ||
+		{ vnr_fail "${name}_completes" "QEMU did not start"; stop_all; return; }
+	DST_PID=$G_PID DST_LOG=$G_LOG
+	G_PID=$SRC_PID G_LOG=$SRC_LOG
+
+	# The guest stores what arrives on port 8888 in its RAM (rootfs).
+	if ! g_run "rm -f /rx.bin /rx.done; (nc -l -p 8888 >/rx.bin </dev/null 2>/dev/null; touch /rx.done) &" >/dev/null; then
+		vnr_fail "${name}_completes" "could not start the guest's receiver"
+		stop_all
+		return
+	fi
+	sleep 1
+	"$PY" "$HELPER" stream "$G_GUEST_IP" 8888 "$RATE" "$WORK/stop" >"$WORK/stream.out" 2>&1 &
+	BG_PIDS+=($!)
+	ping -f -W 1 "$G_GUEST_IP" >"$WORK/ping.out" 2>&1 &
+	BG_PIDS+=($!)
+	sleep 3
+	if ! out=$("$PY" "$HELPER" migrate "$WORK/src.qmp" "unix:$WORK/mig.sock" 600 2>&1) ||
+		! "$PY" "$HELPER" wait-status "$WORK/dst.qmp" running 60 >/dev/null 2>&1; then
+		vnr_fail "${name}_completes" "$out" "$(tail -n 3 "$DST_LOG.qemu" 2>/dev/null)"
+		stop_all
+		return
+	fi
+	read -r total downtime setup bytes <<<"$out"
+	vnr_pass "${name}_completes" \
+		"$(drv_name "$src") -> $(drv_name "$dst"): total ${total} ms, downtime ${downtime} ms, setup ${setup} ms, $((bytes / 1048576)) MiB sent; source booted in ${t}s"
+	echo "# MIGRATION $src $dst total_ms=$total downtime_ms=$downtime"
+
+	# The destination carries the guest from here; the source goes away.
+	stop_qemu "$SRC_PID" "$SRC_LOG"
+	SRC_PID=
+	G_PID=$DST_PID G_LOG=$DST_LOG
+	sleep 6
+	touch "$WORK/stop"
+	kill -INT "${BG_PIDS[1]}" 2>/dev/null
+	wait "${BG_PIDS[1]}" 2>/dev/null
+	wait "${BG_PIDS[0]}" 2>/dev/null
+	BG_PIDS=()
+
+	r=$(g_ping -c 5 -i 0.2 -W 2)
+	read -r tx rx _ <<<"$r"
+	if [ "${rx:-0}" -ge 4 ]; then vnr_pass "${name}_guest_answers_after" "$r"
+	else vnr_fail "${name}_guest_answers_after" "$r"; fi
+
+	r=$(g_ping_summary <"$WORK/ping.out")
+	read -r tx rx loss _ <<<"$r"
+	bound=$(( (${downtime:-0} + 2000) / 10 + 20 ))
+	if [ -n "$tx" ] && [ $((tx - rx)) -le "$bound" ]; then
+		vnr_pass "${name}_flood_loss_bounded" "lost $((tx - rx)) of $tx (${loss}%), bound $bound"
+	else
+		vnr_fail "${name}_flood_loss_bounded" "lost $((${tx:-0} - ${rx:-0})) of ${tx:-?}, bound $bound" "$(tail -n 3 "$WORK/ping.out")"
+	fi
+
+	read -r sent_bytes sent_md5 <"$WORK/stream.out"
+	got=
+	for i in $(seq 60); do
+		got=$(g_run "[ -e /rx.done ] && { md5sum </rx.bin; wc -c </rx.bin; }" 2>/dev/null) && break
+		sleep 1
+	done
+	got=$(echo "$got" | awk 'NR == 1 { m = $1 } NR == 2 { n = $1 } END { print n, m }')
+	if [ -n "$sent_md5" ] && [ "$got" = "$sent_bytes $sent_md5" ]; then
+		vnr_pass "${name}_rx_stream_intact" "$sent_bytes bytes, md5 $sent_md5"
+	else
+		vnr_fail "${name}_rx_stream_intact" "sent '$sent_bytes $sent_md5', the guest has '$got'" \
+			"$(cat "$WORK/stream.out")"
+	fi
+
+	if [ "$dst" = rs ]; then
+		dst_rx=$(g_vq_packets 0)
+		if [ "${dst_rx:-0}" -gt 0 ]; then vnr_pass "${name}_destination_carries_traffic" "vq0 $dst_rx packets"
+		else vnr_fail "${name}_destination_carries_traffic" "no RX packets on the destination" "$(g_fdinfo)"; fi
+	fi
+	stop_all
+}
+
+vnr_ktap_start
+if [ "${VNR_E2E:-fast}" != full ]; then
+	ktap_skip_all "needs VNR_E2E=full (make check-e2e)"
+	exit "$KSFT_SKIP"
+fi
+vnr_loaded vhost_net_rs || insmod vhost-net-rs.ko
+selftests/load-c-vhost >/dev/null 2>&1 || true
+[ -x "$PY" ] || { vnr_fail python3 "$PY not found: run scripts/setup"; vnr_ktap_finish; }
+net_up || { vnr_fail net_setup "could not create the bridge and taps"; vnr_ktap_finish; }
+
+for c in $CASES; do
+	src=${c%%:*} dst=${c##*:}
+	if { [ "$src" = c ] || [ "$dst" = c ]; } && [ ! -c /dev/vhost-net ]; then
+		vnr_skip "migrate_${src}_to_${dst}" "no /dev/vhost-net"
+		continue
+	fi
+	migrate_case "$src" "$dst"
+done
+
+vnr_ktap_finish
