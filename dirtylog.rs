@@ -4,11 +4,14 @@
 //!
 //! While QEMU migrates a guest it asks the device to record every guest
 //! page it writes, so that the page is sent again. The record is a bitmap
-//! in QEMU's memory (`VHOST_SET_LOG_BASE`): bit `n` stands for guest
-//! physical page `n` of [`LOG_PAGE_SIZE`] bytes, in byte `n / 8`, bit
-//! `n % 8`. QEMU clears bits while the device sets them, so a bit is set
-//! with one atomic OR on its word, never by a read-modify-write of the
-//! byte (C's `set_bit_to_user`).
+//! in QEMU's memory (`VHOST_SET_LOG_BASE`): an array of `unsigned long`
+//! in which bit `n` stands for guest physical page `n` of
+//! [`LOG_PAGE_SIZE`] bytes (word `n / BITS_PER_LONG`, bit
+//! `n % BITS_PER_LONG`). Like C's `log_write`, this file names a bit by its
+//! byte, `base + n / 8`, and `n % 8`; the setter turns that into the word
+//! and bit of the `set_bit` numbering, which is the same on either byte
+//! order. QEMU clears words while the device sets bits, so a bit is set
+//! with one atomic OR on its word, never by a read-modify-write.
 //!
 //! This file uses only `core`, like the ring parser: the module sets bits
 //! in the owner's memory (`uaccess.rs`), the host tests in a buffer.

@@ -520,10 +520,12 @@ impl<B: Backend> VqState<B> {
     /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd, as
     /// the C driver does (`vhost_vq_access_ok`): a memory table must be
     /// set and the log must have room for what the queue would log
-    /// (`-EFAULT`, for an unbind too). Ring addresses are checked when a
-    /// backend is attached.
+    /// (`-EFAULT`, for an unbind too), and the ring addresses, if set, in
+    /// user space. A ring without addresses can only be unbound.
     pub(crate) fn check_access(&self) -> Result {
-        if !self.log_covers(self.log) {
+        // Addresses that were set must lie in user space (`vq_access_ok`;
+        // with a backend attached, SET_VRING_ADDR refused any other).
+        if self.addr.is_some_and(|addr| !addr.in_user_space(self.num)) || !self.log_covers(self.log) {
             return Err(EFAULT);
         }
         Ok(())

@@ -5,8 +5,9 @@
   migrate.py qmp SOCK COMMAND [JSON-ARGS]
       Runs one QMP command on the QEMU whose QMP socket is SOCK and prints
       its "return" value as JSON. Exit 1 with QEMU's error on failure.
-  migrate.py migrate SOCK URI TIMEOUT
-      Starts a migration of the QEMU at SOCK to URI and waits for it to end.
+  migrate.py migrate SOCK URI TIMEOUT [MAX_BANDWIDTH]
+      Starts a migration of the QEMU at SOCK to URI (at most MAX_BANDWIDTH
+      bytes/s if given) and waits for it to end.
       Prints "total_ms downtime_ms setup_ms transferred_bytes" once it has
       completed; exit 1 with the status if it failed or timed out.
   migrate.py wait-status SOCK STATUS TIMEOUT
@@ -64,8 +65,10 @@ class Qmp:
             # An asynchronous event: skip it.
 
 
-def migrate(path, uri, timeout):
+def migrate(path, uri, timeout, bandwidth):
     qmp = Qmp(path)
+    if bandwidth:
+        qmp.run("migrate-set-parameters", {"max-bandwidth": bandwidth})
     qmp.run("migrate", {"uri": uri})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -116,11 +119,8 @@ def stream(host, port, rate, stopfile):
         ahead = sent / rate - (time.monotonic() - start)
         if ahead > 0:
             time.sleep(ahead)
+    # A FIN after the data: the receiver sees all of it, then the end.
     sock.shutdown(socket.SHUT_WR)
-    # Wait for the receiver to close: everything sent has been taken.
-    sock.settimeout(120)
-    while sock.recv(4096):
-        pass
     sock.close()
     print(sent, md5.hexdigest())
     return 0
@@ -132,8 +132,8 @@ def main(argv):
             args = json.loads(argv[4]) if len(argv) > 4 else None
             print(json.dumps(Qmp(argv[2]).run(argv[3], args)))
             return 0
-        if len(argv) == 5 and argv[1] == "migrate":
-            return migrate(argv[2], argv[3], float(argv[4]))
+        if len(argv) in (5, 6) and argv[1] == "migrate":
+            return migrate(argv[2], argv[3], float(argv[4]), int(argv[5]) if len(argv) == 6 else 0)
         if len(argv) == 5 and argv[1] == "wait-status":
             return wait_status(argv[2], argv[3], float(argv[4]))
         if len(argv) == 6 and argv[1] == "stream":
