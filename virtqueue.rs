@@ -711,7 +711,7 @@ impl<B: Backend> VqState<B> {
         seq_print!(
             m,
             "vq{}:\tnum={} last_avail_idx={} running={} broken={} backend={} \
-             packets={} bytes={} wakeups={} calls={} errors={} drops={}\n",
+             packets={} bytes={} wakeups={} calls={} errors={} drops={} dirty_log={}\n",
             self.index,
             self.num,
             self.ring.as_ref().map_or(self.base, |ring| ring.last_avail_idx()),
@@ -723,7 +723,15 @@ impl<B: Backend> VqState<B> {
             self.waker.wakeups(),
             stats.calls,
             stats.errors,
-            stats.drops
+            stats.drops,
+            // What is being logged for a migration: the data the device
+            // writes (VHOST_F_LOG_ALL), the used ring (VHOST_VRING_F_LOG).
+            match (self.features & bit(feature::VHOST_F_LOG_ALL) != 0, self.used_log.is_some()) {
+                (false, false) => "off",
+                (true, false) => "data",
+                (false, true) => "used",
+                (true, true) => "data+used",
+            }
         );
     }
 }

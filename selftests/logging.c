@@ -100,6 +100,31 @@ static int log_stop(struct h_dev *d)
 	return 0;
 }
 
+/* Whether vhost-net-rs's fdinfo line for `vq` ("vq0:") has `what`. */
+static bool fdinfo_says(struct h_dev *d, const char *vq, const char *what)
+{
+	char path[64], buf[4096], *line, *end;
+	ssize_t n;
+	int f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d->fd);
+	f = open(path, O_RDONLY);
+	if (f < 0)
+		return false;
+	n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	line = strstr(buf, vq);
+	if (!line)
+		return false;
+	end = strchr(line, '\n');
+	if (end)
+		*end = 0;
+	return strstr(line, what) != NULL;
+}
+
 TEST(log_all_is_offered)
 {
 	int fd = open(h_dev_path(), O_RDWR);
@@ -205,7 +230,12 @@ TEST(logging_off_logs_nothing)
 	ASSERT_EQ(0, h_setup(&d, &opts));
 	ASSERT_EQ(0, h_log_start(&d, bitmap, logfd));
 	ASSERT_EQ(0, h_run_rx(&d, 50, 500));
+	if (!h_on_c_driver())
+		EXPECT_TRUE(fdinfo_says(&d, "vq0:", "dirty_log=data+used") &&
+			    fdinfo_says(&d, "vq1:", "dirty_log=data+used"));
 	ASSERT_EQ(0, log_stop(&d));
+	if (!h_on_c_driver())
+		EXPECT_TRUE(fdinfo_says(&d, "vq0:", "dirty_log=off") && fdinfo_says(&d, "vq1:", "dirty_log=off"));
 	memset(bitmap, 0, LOG_ALLOC);
 	EXPECT_EQ(0, h_run_rx(&d, 100, 500));
 	EXPECT_EQ(0, h_run_tx(&d, 100, 200, 0));
