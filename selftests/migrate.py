@@ -102,7 +102,9 @@ def wait_status(path, status, timeout):
 def stream(host, port, rate, stopfile):
     """Sends blocks of SHA-256 output (block n is the digest chain from n):
     reproducible, not compressible, and different on every page."""
-    sock = socket.create_connection((host, port), timeout=60)
+    # The guest's reader is stopped for a while: the window may stay shut
+    # for as long as the migration takes.
+    sock = socket.create_connection((host, port), timeout=300)
     md5 = hashlib.md5()
     sent = 0
     chunk = 16384

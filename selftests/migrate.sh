@@ -97,6 +97,13 @@ net_up() {
 	done
 }
 
+# reader_signal SIG: sends SIG to the guest's stream reader; says why not.
+reader_signal() {
+	local out
+	out=$(g_run "kill -$1 \$(cat /rx.pid)" 2>&1) ||
+		vnr_detail "kill -$1 of the guest's reader failed: $(echo "$out" | tr '\n' ' ')"
+}
+
 drv_name() { [ "$1" = rs ] && echo vhost-net-rs || echo C; }
 
 # migrate_case SRC DST: one migration from a guest on driver SRC (rs or c)
@@ -131,7 +138,7 @@ migrate_case() {
 	sleep 3
 	"$PY" "$HELPER" migrate "$WORK/src.qmp" "unix:$WORK/mig.sock" 600 "$BANDWIDTH" >"$WORK/migrate.out" 2>&1 &
 	mig=$!
-	g_run "kill -STOP \$(cat /rx.pid)" >/dev/null || vnr_detail "could not stop the guest's reader"
+	reader_signal STOP
 	if ! wait "$mig" || ! "$PY" "$HELPER" wait-status "$WORK/dst.qmp" running 60 >/dev/null 2>&1; then
 		vnr_fail "${name}_completes" "$(cat "$WORK/migrate.out")" "$(tail -n 3 "$DST_LOG.qemu" 2>/dev/null)"
 		stop_all
@@ -144,10 +151,11 @@ migrate_case() {
 	echo "# MIGRATION $src $dst total_ms=$total downtime_ms=$downtime"
 
 	# The destination carries the guest from here; the source goes away.
+	G_PID=$DST_PID G_LOG=$DST_LOG
+	reader_signal CONT
 	stop_qemu "$SRC_PID" "$SRC_LOG"
 	SRC_PID=
 	G_PID=$DST_PID G_LOG=$DST_LOG
-	g_run "kill -CONT \$(cat /rx.pid)" >/dev/null || vnr_detail "could not continue the guest's reader"
 	sleep 6
 	touch "$WORK/stop"
 	kill -INT "${BG_PIDS[1]}" 2>/dev/null
@@ -183,7 +191,7 @@ migrate_case() {
 		vnr_pass "${name}_rx_stream_intact" "$sent_bytes bytes, md5 $sent_md5"
 	else
 		vnr_fail "${name}_rx_stream_intact" "sent $sent_bytes bytes with md5 '$sent_md5', the guest read md5 '$got'" \
-			"$(cat "$WORK/stream.out")"
+			"$(cat "$WORK/stream.out")" "guest: $(g_run 'netstat -tn; ls /rx.*' 2>&1 | tr '\n' ' ')"
 	fi
 
 	if [ "$dst" = rs ]; then
