@@ -171,13 +171,14 @@ g_vq_packets() {
 }
 
 # g_run COMMAND: runs COMMAND in the guest's shell (TCP port 7777, see
-# scripts/mkinitramfs); prints its output and returns its status.
+# scripts/mkinitramfs); prints its output and returns its status. Gives up
+# after G_RUN_TIMEOUT seconds (default 120).
 g_run() {
 	local out rc
 	# busybox nc -e connects only stdin and stdout to the socket: the
 	# command's stderr is redirected by hand.
 	out=$(printf '{ %s\n} 2>&1; printf "\\nVNR-RC=%%s\\n" $?; exit\n' "$1" |
-		timeout 120 busybox nc "$G_GUEST_IP" 7777 2>&1)
+		timeout "${G_RUN_TIMEOUT:-120}" busybox nc "$G_GUEST_IP" 7777 2>&1)
 	rc=$(echo "$out" | sed -n 's/^VNR-RC=//p' | tail -n 1)
 	echo "$out" | grep -v '^VNR-RC='
 	[ "${rc:-1}" = 0 ]

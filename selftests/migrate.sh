@@ -100,7 +100,7 @@ net_up() {
 # reader_signal SIG: sends SIG to the guest's stream reader; says why not.
 reader_signal() {
 	local out
-	out=$(g_run "kill -$1 \$(cat /rx.pid)" 2>&1) ||
+	out=$(G_RUN_TIMEOUT=20 g_run "kill -$1 \$(cat /rx.pid)" 2>&1) ||
 		vnr_detail "kill -$1 of the guest's reader failed: $(echo "$out" | tr '\n' ' ')"
 }
 
@@ -110,7 +110,7 @@ drv_name() { [ "$1" = rs ] && echo vhost-net-rs || echo C; }
 # to a QEMU on driver DST.
 migrate_case() {
 	local src=$1 dst=$2 name="migrate_${1}_to_${2}" t out total downtime setup bytes r tx rx loss
-	local bound sent_bytes sent_md5 got dst_rx i mig dups
+	local bound sent_bytes sent_md5 got dst_rx i mig dups answered
 	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' g_start "$src" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
 	SRC_PID=$G_PID SRC_LOG=$G_LOG
 	if ! t=$(g_wait); then
@@ -164,9 +164,12 @@ migrate_case() {
 	BG_PIDS=()
 
 	r=$(g_ping -c 5 -i 0.2 -W 2)
-	read -r tx rx _ <<<"$r"
-	if [ "${rx:-0}" -ge 4 ]; then vnr_pass "${name}_guest_answers_after" "$r"
-	else vnr_fail "${name}_guest_answers_after" "$r"; fi
+	read -r tx answered _ <<<"$r"
+	if [ "${answered:-0}" -ge 4 ]; then vnr_pass "${name}_guest_answers_after" "$r"
+	else
+		vnr_fail "${name}_guest_answers_after" "$r" "destination console: $(tail -n 8 "$DST_LOG" 2>/dev/null | tr '\n' '|')" \
+			"destination vhost: $(g_fdinfo 2>/dev/null | tr '\n' '|')" "bridge: $(bridge fdb show br "$BR" 2>/dev/null | grep -i "$G_MAC" | tr '\n' '|')"
+	fi
 
 	r=$(g_ping_summary <"$WORK/ping.out")
 	read -r tx rx loss _ <<<"$r"
@@ -182,8 +185,9 @@ migrate_case() {
 
 	read -r sent_bytes sent_md5 <"$WORK/stream.out"
 	got=
-	for i in $(seq 60); do
-		got=$(g_run "[ -e /rx.done ] && cat /rx.md5" 2>/dev/null) && break
+	i=$SECONDS
+	while [ "${answered:-0}" -gt 0 ] && [ $((SECONDS - i)) -lt 60 ]; do
+		got=$(G_RUN_TIMEOUT=10 g_run "[ -e /rx.done ] && cat /rx.md5" 2>/dev/null) && break
 		sleep 1
 	done
 	got=$(echo "$got" | awk 'NR == 1 { print $1 }')
@@ -191,7 +195,7 @@ migrate_case() {
 		vnr_pass "${name}_rx_stream_intact" "$sent_bytes bytes, md5 $sent_md5"
 	else
 		vnr_fail "${name}_rx_stream_intact" "sent $sent_bytes bytes with md5 '$sent_md5', the guest read md5 '$got'" \
-			"$(cat "$WORK/stream.out")" "guest: $(g_run 'netstat -tn; ls /rx.*' 2>&1 | tr '\n' ' ')"
+			"$(cat "$WORK/stream.out")" "guest: $(G_RUN_TIMEOUT=10 g_run 'netstat -tn; ls /rx.*' 2>&1 | tr '\n' ' ')"
 	fi
 
 	if [ "$dst" = rs ]; then
