@@ -7,7 +7,7 @@
 # destination waits on tap vnrmig1 with `-incoming unix:...`, both with
 # vhost=on,vhostforce=on and the same MAC. While the host streams data
 # into the guest (it lands in the guest's RAM through the RX ring) and
-# ping-floods it, QEMU migrates the guest over a unix socket. QEMU turns the
+# pings it 100 times a second, QEMU migrates the guest over a unix socket. QEMU turns the
 # device's dirty logging on for that (VHOST_F_LOG_ALL, SET_LOG_BASE,
 # VHOST_VRING_F_LOG) and reads the log to resend what the device wrote; a
 # page the device wrote but did not log reaches the destination stale.
@@ -15,8 +15,8 @@
 # Each case checks:
 #   - the migration completes, and the destination runs;
 #   - the guest answers on the destination once the source is gone;
-#   - the flood's loss is bounded by the outage: at most 100 packets per
-#     second (ping -f's pace without replies) over QEMU's measured downtime
+#   - the flood's loss is bounded by the outage: at most one packet per
+#     interval (100 a second by default) over QEMU's measured downtime
 #     plus 2 s for the destination to start and the bridge to learn the
 #     guest's new port, plus 20 in flight;
 #   - the streamed bytes the guest read match, byte for byte (md5), what
