@@ -176,6 +176,12 @@ migrate_case() {
 	else
 		vnr_fail "${name}_guest_answers_after" "$r" "destination console: $(tail -n 8 "$DST_LOG" 2>/dev/null | tr '\n' '|')" \
 			"destination vhost: $(g_fdinfo 2>/dev/null | tr '\n' '|')" "bridge: $(bridge fdb show br "$BR" 2>/dev/null | grep -i "$G_MAC" | tr '\n' '|')"
+		# Hung, or only deaf? The vCPU's RIP twice, a second apart.
+		for i in 1 2; do
+			vnr_detail "destination RIP: $("$PY" "$HELPER" qmp "$WORK/dst.qmp" human-monitor-command \
+				'{"command-line": "info registers"}' 2>&1 | grep -o 'RIP=[0-9a-f]*' | head -n 1)"
+			sleep 1
+		done
 	fi
 
 	r=$(g_ping_summary <"$WORK/ping.out")
