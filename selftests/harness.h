@@ -1179,23 +1179,34 @@ static inline long long h_slab_after_kb(long long s0, long long limit)
 	return best;
 }
 
-/* A counter of the device's fdinfo: `name` (e.g. "drops=") on the line of
- * `vq` (e.g. "vq0:"); ~0 if absent. */
-static inline uint64_t h_fdinfo_u64(struct h_dev *d, const char *vq, const char *name)
+/* The device's /proc/self/fdinfo text in `buf` (NUL-terminated); false if
+ * it cannot be read. */
+static inline bool h_fdinfo_read(struct h_dev *d, char *buf, size_t size)
 {
-	char path[64], buf[4096], *p;
+	char path[64];
 	ssize_t n;
 	int f;
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d->fd);
 	f = open(path, O_RDONLY);
 	if (f < 0)
-		return ~0ULL;
-	n = read(f, buf, sizeof(buf) - 1);
+		return false;
+	n = read(f, buf, size - 1);
 	close(f);
 	if (n <= 0)
-		return ~0ULL;
+		return false;
 	buf[n] = 0;
+	return true;
+}
+
+/* A counter of the device's fdinfo: `name` (e.g. "drops=") on the line of
+ * `vq` (e.g. "vq0:"); ~0 if absent. */
+static inline uint64_t h_fdinfo_u64(struct h_dev *d, const char *vq, const char *name)
+{
+	char buf[4096], *p;
+
+	if (!h_fdinfo_read(d, buf, sizeof(buf)))
+		return ~0ULL;
 	p = strstr(buf, vq);
 	if (!p || !(p = strstr(p, name)))
 		return ~0ULL;

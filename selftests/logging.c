@@ -103,19 +103,10 @@ static int log_stop(struct h_dev *d)
 /* Whether vhost-net-rs's fdinfo line for `vq` ("vq0:") has `what`. */
 static bool fdinfo_says(struct h_dev *d, const char *vq, const char *what)
 {
-	char path[64], buf[4096], *line, *end;
-	ssize_t n;
-	int f;
+	char buf[4096], *line, *end;
 
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d->fd);
-	f = open(path, O_RDONLY);
-	if (f < 0)
+	if (!h_fdinfo_read(d, buf, sizeof(buf)))
 		return false;
-	n = read(f, buf, sizeof(buf) - 1);
-	close(f);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
 	line = strstr(buf, vq);
 	if (!line)
 		return false;
