@@ -12,6 +12,11 @@
       completed; exit 1 with the status if it failed or timed out.
   migrate.py wait-status SOCK STATUS TIMEOUT
       Waits until the QEMU at SOCK reports run state STATUS ("running").
+  migrate.py pagediff FILE_A FILE_B
+      Compares two guest RAM dumps (pmemsave from guest-physical 0) page by
+      page, 4 KiB pages, skipping the legacy VGA and ROM hole
+      (0xa0000-0xfffff). Prints "N pages differ" and the first pages that
+      do, each with its first differing offset and the bytes there.
   migrate.py stream HOST PORT RATE STOPFILE
       Connects to HOST:PORT and sends a deterministic byte stream at about
       RATE bytes per second until STOPFILE exists, then closes. Prints
@@ -128,6 +133,28 @@ def stream(host, port, rate, stopfile):
     return 0
 
 
+def pagediff(path_a, path_b):
+    page = 4096
+    differ = []
+    with open(path_a, "rb") as file_a, open(path_b, "rb") as file_b:
+        gpa = 0
+        while True:
+            chunk_a, chunk_b = file_a.read(page), file_b.read(page)
+            if not chunk_a and not chunk_b:
+                break
+            if chunk_a != chunk_b and not 0xA0000 <= gpa < 0x100000:
+                off = next((i for i in range(min(len(chunk_a), len(chunk_b)))
+                            if chunk_a[i] != chunk_b[i]), min(len(chunk_a), len(chunk_b)))
+                nbytes = sum(1 for x, y in zip(chunk_a, chunk_b) if x != y)
+                differ.append(f"{gpa:#x}+{off:#x} ({nbytes} B): "
+                              f"{chunk_a[off:off + 16].hex()} vs {chunk_b[off:off + 16].hex()}")
+            gpa += page
+    print(f"{len(differ)} pages differ")
+    for line in differ[:40]:
+        print(line)
+    return 0
+
+
 def main(argv):
     try:
         if len(argv) >= 3 and argv[1] == "qmp":
@@ -138,6 +165,8 @@ def main(argv):
             return migrate(argv[2], argv[3], float(argv[4]), int(argv[5]) if len(argv) == 6 else 0)
         if len(argv) == 5 and argv[1] == "wait-status":
             return wait_status(argv[2], argv[3], float(argv[4]))
+        if len(argv) == 4 and argv[1] == "pagediff":
+            return pagediff(argv[2], argv[3])
         if len(argv) == 6 and argv[1] == "stream":
             return stream(argv[2], int(argv[3]), float(argv[4]), argv[5])
     except (OSError, RuntimeError, ValueError) as err:

@@ -40,7 +40,9 @@
 # Only with VNR_E2E=full (make check-e2e); otherwise it skips.
 # VNR_MIGRATE_RATE sets the stream's rate in bytes/s (default 1000000);
 # VNR_MIGRATE_BANDWIDTH the migration's in bytes/s;
-# VNR_MIGRATE_CASES the cases ("rs:rs c:c rs:c").
+# VNR_MIGRATE_CASES the cases ("rs:rs c:c rs:c"); VNR_MIGRATE_PMEM=1 starts
+# the destination paused and compares its RAM with the source's page by
+# page (a debugging aid: a differing page was written but not logged).
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../scripts/lib.sh
 . scripts/lib.sh
@@ -57,6 +59,7 @@ BANDWIDTH=${VNR_MIGRATE_BANDWIDTH:-16777216}
 # The flood's interval in seconds; empty for ping -f (as fast as replies
 # come, which keeps a nested TCG guest's CPU busy).
 PING_INTERVAL=${VNR_MIGRATE_PING_INTERVAL-0.01}
+PMEM=${VNR_MIGRATE_PMEM:-}
 CASES=${VNR_MIGRATE_CASES:-rs:rs c:c rs:c}
 WORK=$(mktemp -d /tmp/vnr-migrate.XXXXXX)
 SRC_PID='' DST_PID='' SRC_LOG='' DST_LOG='' BG_PIDS=()
@@ -109,6 +112,25 @@ reader_signal() {
 
 drv_name() { [ "$1" = rs ] && echo vhost-net-rs || echo C; }
 
+# compare_ram: with VNR_MIGRATE_PMEM=1 the destination starts paused (-S):
+# the source's RAM after the switch-over and the destination's RAM as it
+# arrived are dumped and compared page by page, then the destination runs.
+# A page that differs was written on the source without being logged.
+compare_ram() {
+	local side size=$((192 << 20))
+	"$PY" "$HELPER" wait-status "$WORK/dst.qmp" paused 60 >/dev/null 2>&1 ||
+		vnr_detail "the destination did not reach 'paused'"
+	for side in src dst; do
+		"$PY" "$HELPER" qmp "$WORK/$side.qmp" pmemsave \
+			"{\"val\": 0, \"size\": $size, \"filename\": \"$WORK/$side.mem\"}" >/dev/null ||
+			vnr_detail "pmemsave on the $side failed"
+	done
+	vnr_detail "RAM after the switch-over, source vs destination: $("$PY" "$HELPER" pagediff "$WORK/src.mem" "$WORK/dst.mem" 2>&1 | tr '\n' '|')"
+	rm -f "$WORK/src.mem" "$WORK/dst.mem"
+	"$PY" "$HELPER" qmp "$WORK/dst.qmp" cont >/dev/null || vnr_detail "cont on the destination failed"
+	"$PY" "$HELPER" wait-status "$WORK/dst.qmp" running 60 >/dev/null 2>&1
+}
+
 # migrate_case SRC DST: one migration from a guest on driver SRC (rs or c)
 # to a QEMU on driver DST.
 migrate_case() {
@@ -121,7 +143,7 @@ migrate_case() {
 		stop_all
 		return
 	fi
-	G_TAP=$DST_TAP G_QMP=$WORK/dst.qmp G_QEMU_ARGS="-incoming unix:$WORK/mig.sock" g_start "$dst" ||
+	G_TAP=$DST_TAP G_QMP=$WORK/dst.qmp G_QEMU_ARGS="-incoming unix:$WORK/mig.sock${PMEM:+ -S}" g_start "$dst" ||
 		{ vnr_fail "${name}_completes" "QEMU did not start"; stop_all; return; }
 	DST_PID=$G_PID DST_LOG=$G_LOG
 	G_PID=$SRC_PID G_LOG=$SRC_LOG
@@ -146,7 +168,10 @@ migrate_case() {
 	"$PY" "$HELPER" migrate "$WORK/src.qmp" "unix:$WORK/mig.sock" 600 "$BANDWIDTH" >"$WORK/migrate.out" 2>&1 &
 	mig=$!
 	reader_signal STOP
-	if ! wait "$mig" || ! "$PY" "$HELPER" wait-status "$WORK/dst.qmp" running 60 >/dev/null 2>&1; then
+	wait "$mig"
+	mig=$?
+	[ "$mig" != 0 ] || [ -z "$PMEM" ] || compare_ram
+	if [ "$mig" != 0 ] || ! "$PY" "$HELPER" wait-status "$WORK/dst.qmp" running 60 >/dev/null 2>&1; then
 		vnr_fail "${name}_completes" "$(cat "$WORK/migrate.out")" "$(tail -n 3 "$DST_LOG.qemu" 2>/dev/null)"
 		stop_all
 		return
