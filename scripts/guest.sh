@@ -24,6 +24,7 @@
 #   G_QMP=PATH    QEMU listens for QMP on the unix socket PATH.
 #   G_QEMU_ARGS   more QEMU arguments, split at spaces ("-incoming unix:X",
 #                 "-only-migratable").
+#   G_MEM=SIZE    guest RAM, as QEMU's -m takes it (default 192M).
 #
 # Guest kernel and initramfs come from scripts/setup ($VNR_CACHE/guest).
 
@@ -100,7 +101,7 @@ g_start() {
 	fi
 	[ -n "$devopts" ] && nic+=",$devopts"
 	G_LOG=$(mktemp /tmp/vnr-guest.XXXXXX)
-	local args=(-machine pc -accel "$(g_accel)" -m 192M -smp "$smp" -nographic -no-reboot
+	local args=(-machine pc -accel "$(g_accel)" -m "${G_MEM:-192M}" -smp "$smp" -nographic -no-reboot
 		-serial "file:$G_LOG" -monitor none -display none
 		-kernel "$G_KERNEL" -initrd "$G_INITRD"
 		-append "console=ttyS0 quiet panic=-1 vnr.ip=$G_GUEST_IP/24"
