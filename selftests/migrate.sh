@@ -85,10 +85,11 @@ MEM_BYTES=$((196600 * 1024))
 WORK=$(mktemp -d /tmp/vnr-migrate.XXXXXX)
 SRC_PID='' DST_PID='' SRC_LOG='' DST_LOG='' BG_PIDS=()
 
-# stop_qemu PID LOG: what g_stop does, for one of the two QEMUs.
+# stop_qemu PID LOG: what g_stop does, for one of the two QEMUs; the
+# caller's G_PID and G_LOG are left as they were.
 stop_qemu() {
 	[ -n "$1" ] || return 0
-	G_PID=$1 G_LOG=$2
+	local G_PID=$1 G_LOG=$2
 	g_stop
 }
 
@@ -215,7 +216,6 @@ migrate_case() {
 	reader_signal CONT
 	stop_qemu "$SRC_PID" "$SRC_LOG"
 	SRC_PID=
-	G_PID=$DST_PID G_LOG=$DST_LOG
 	sleep 6
 	touch "$WORK/stop"
 	kill -INT "${BG_PIDS[1]}" 2>/dev/null
