@@ -21,7 +21,9 @@
 #     guest's new port, plus 20 in flight;
 #   - the streamed bytes the guest read match, byte for byte (md5), what
 #     the host sent. The guest's reader is stopped (SIGSTOP) as soon as
-#     the migration starts and continued on the destination, so what
+#     the migration starts and continued on the destination (when the
+#     guest's shell answers in time, which under TCG it often does not
+#     during a migration: a failed attempt is reported), so what
 #     arrives meanwhile waits in the guest's socket queue, in the RX
 #     buffers the device wrote, across the switch-over; a page the device
 #     wrote without logging it reaches the destination stale, and since
