@@ -120,6 +120,8 @@ fn find(regions: &[Region], gpa: u64) -> Option<&Region> {
 /// One contiguous piece of a translated guest range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Segment {
+    /// Where the piece starts in guest-physical memory.
+    pub(crate) gpa: u64,
     pub(crate) uaddr: u64,
     pub(crate) len: u64,
 }
@@ -153,7 +155,7 @@ pub(crate) fn for_each_piece(
         let r = find(regions, gpa).ok_or(MemError::NotMapped)?;
         let off = gpa - r.gpa();
         let n = core::cmp::min(len, r.size() - off);
-        f(Segment { uaddr: r.uaddr() + off, len: n })?;
+        f(Segment { gpa, uaddr: r.uaddr() + off, len: n })?;
         gpa += n;
         len -= n;
     }

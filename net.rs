@@ -260,7 +260,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     // This run sends until the tap or the ring is exhausted: no wakeups
     // from either meanwhile (vhost_net_disable_vq, vhost_disable_notify).
     active.backend.space = None;
-    active.ring.disable_notify(&mem)?;
+    active.disable_notify()?;
     let result = loop {
         if weight.exceeded() {
             break Ok(true);
@@ -444,7 +444,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
     let (mut delivered, mut bytes, mut drops) = (0u64, 0u64, 0u64);
     // No kicks while this run takes buffers; the ring running empty asks
     // for them again (vhost_disable_notify).
-    active.ring.disable_notify(&mem)?;
+    active.disable_notify()?;
     // Packets that arrive while this run drains the tap need no wakeup; the
     // tap is listened to again only once it is found empty. Runs that end
     // for lack of guest buffers leave it quiet: the guest's kick brings the
@@ -525,6 +525,8 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
             active.ring.unpop(heads as u16);
             break Err(err);
         }
+        // Migration: the pages the packet went to are dirty now.
+        active.log_written(&active.iov[..segs], need);
         pending += heads;
         delivered += 1;
         bytes += sock_len as u64;

@@ -7,9 +7,13 @@
 //! copies use the kernel's `UserSlice`; ring indices and flags go through the
 //! C shim's `get_user`/`put_user`, which are single 16-bit accesses.
 
+use crate::dirtylog::{LogBitmap, LogError};
 use crate::shim;
 use crate::vring::{GuestMemory, VringError};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use kernel::{
+    bindings,
+    page::PAGE_SIZE,
     prelude::*,
     sync::barrier::{smp_mb, Full, Read, Write},
     uaccess::{UserPtr, UserSlice},
@@ -86,5 +90,57 @@ impl GuestMemory for OwnerMem {
 
     fn wmb(&self) {
         smp_mb(Write);
+    }
+}
+
+/// The dirty-log bitmap, in the owner's memory (`VHOST_SET_LOG_BASE`).
+///
+/// # Invariants
+///
+/// As for [`OwnerMem`]: only used from a task whose `mm` is the owner's.
+/// [`LogBitmap::set_bit`] checks that the task has an `mm` at all, since
+/// the pinning it does would dereference a null one.
+pub(crate) struct OwnerBitmap;
+
+impl LogBitmap for OwnerBitmap {
+    /// Sets the bit as C's `set_bit_to_user` does: the page is pinned for
+    /// writing (faulting it in if need be), mapped, and bit
+    /// `offset * 8 + bit` of the page set with one atomic OR on its
+    /// `unsigned long`, the unit QEMU clears the log in with atomic
+    /// exchanges. A user access cannot do an atomic read-modify-write, so
+    /// the page is reached through the kernel mapping. Numbering the bit
+    /// within the word, as `set_bit` does, keeps the layout C's on either
+    /// byte order.
+    fn set_bit(&self, byte_addr: u64, bit: u32) -> Result<(), LogError> {
+        let addr = usize::try_from(byte_addr).map_err(|_| LogError::Fault)?;
+        if bit >= 8 || byte_addr >= user_limit() || kernel::current!().mm().is_none() {
+            return Err(LogError::Fault);
+        }
+        let mut page: *mut bindings::page = core::ptr::null_mut();
+        // SAFETY: The current task has an mm (checked above), and this pins
+        // at most one page of it at a user address (checked above; gup
+        // checks it again), writing one pointer to `page`.
+        let pinned =
+            unsafe { bindings::pin_user_pages_fast(addr as kernel::ffi::c_ulong, 1, bindings::FOLL_WRITE, &mut page) };
+        if pinned != 1 || page.is_null() {
+            return Err(LogError::Fault);
+        }
+        let bit_in_page = (addr % PAGE_SIZE) * 8 + bit as usize;
+        let word_bits = usize::BITS as usize;
+        let word_offset = bit_in_page / word_bits * core::mem::size_of::<usize>();
+        let mask = 1usize << (bit_in_page % word_bits);
+        // SAFETY: `page` is pinned until the unpin below, so its kernel
+        // mapping is valid memory; `word_offset` is a multiple of the word
+        // size below `PAGE_SIZE`, and the mapping is page aligned, so the
+        // word is in the page and aligned. Every other writer of the word
+        // (QEMU, other queues) uses atomic operations.
+        unsafe {
+            let base = bindings::kmap_local_page(page);
+            let word = AtomicUsize::from_ptr(base.cast::<u8>().add(word_offset).cast::<usize>());
+            word.fetch_or(mask, Ordering::Relaxed);
+            bindings::kunmap_local(base);
+            bindings::unpin_user_pages_dirty_lock(&mut page, 1, true);
+        }
+        Ok(())
     }
 }

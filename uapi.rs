@@ -159,6 +159,7 @@ pub(crate) mod feature {
     pub(crate) const VHOST_NET_F_VIRTIO_NET_HDR: u32 = 27;
     pub(crate) const VIRTIO_F_VERSION_1: u32 = 32;
     pub(crate) const VIRTIO_F_RING_RESET: u32 = 40;
+    pub(crate) const VHOST_F_LOG_ALL: u32 = 26;
 }
 
 /// Bit `n` as a feature mask.
@@ -167,9 +168,8 @@ pub(crate) const fn bit(n: u32) -> u64 {
 }
 
 /// The virtio features this driver really implements. Nothing is offered
-/// before its data path exists and is tested; in particular `LOG_ALL` (dirty
-/// logging for migration), `ACCESS_PLATFORM` (IOTLB) and `IN_ORDER` are not
-/// offered.
+/// before its data path exists and is tested; in particular
+/// `ACCESS_PLATFORM` (IOTLB) and `IN_ORDER` are not offered.
 pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     | bit(feature::VIRTIO_NET_F_MRG_RXBUF)
     | bit(feature::VIRTIO_RING_F_INDIRECT_DESC)
@@ -179,7 +179,9 @@ pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     | bit(feature::VIRTIO_F_VERSION_1)
     // A queue reset is the driver stopping and restarting one queue through
     // the vring ioctls while the other runs, which every queue supports.
-    | bit(feature::VIRTIO_F_RING_RESET);
+    | bit(feature::VIRTIO_F_RING_RESET)
+    // Dirty-page logging for live migration (dirtylog.rs).
+    | bit(feature::VHOST_F_LOG_ALL);
 
 /// Backend features: none. `IOTLB_MSG_V2` only matters with an IOTLB, which
 /// needs `ACCESS_PLATFORM`, which is not offered.

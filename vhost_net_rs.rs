@@ -50,6 +50,7 @@ use kernel::{
 };
 
 mod dropin;
+mod dirtylog;
 mod eventfd;
 mod file_poll;
 mod memory;
@@ -62,13 +63,14 @@ mod virtqueue;
 mod vring;
 mod worker;
 
+use dirtylog::DirtyLog;
 use dropin::DropInNode;
 use eventfd::EventFd;
 use memory::{MemError, Region};
 use net::{RxQueue, TxQueue};
 use uapi::*;
 use uaccess::user_limit;
-use virtqueue::{Backend, VirtQueue};
+use virtqueue::{Backend, MemTable, VirtQueue};
 use worker::Worker;
 
 module! {
@@ -332,7 +334,7 @@ fn queue_ioctl<B: Backend>(
             // Like the C driver, any fd that is not a usable backend,
             // closed ones included, is -ENOTSOCK.
             let fd = read_arg::<VringFile>(arg)?.fd;
-            queue.check_ring_addr()?;
+            queue.check_access()?;
             let backend = match fd {
                 VHOST_FILE_UNBIND => None,
                 fd => {
@@ -400,20 +402,31 @@ impl VhostNet {
         Ok(0)
     }
 
+    /// `RESET_OWNER`: the device as freshly opened, except that, as in the
+    /// C driver (`vhost_dev_reset_owner`), the queues keep an empty memory
+    /// table rather than none, which a backend can be attached with.
     fn reset_owner(&self) -> Result<isize> {
         let mut st = self.state.lock();
         st.check_owner()?;
+        let empty: Arc<MemTable> = Arc::new(KVec::new(), GFP_KERNEL)?;
         self.teardown(&mut st);
+        self.rx.lock().set_mem(empty.clone());
+        self.tx.lock().set_mem(empty);
         Ok(0)
     }
 
     /// `SET_FEATURES`: every bit checked first, then stored on both queues.
     /// As in the C driver, this needs no owner and reads no guest memory.
+    /// `VHOST_F_LOG_ALL` needs every attached queue's log to have room for
+    /// the memory table (`-EFAULT`).
     fn set_features(&self, features: u64) -> Result<isize> {
         if features & !NET_FEATURES != 0 {
             return Err(EOPNOTSUPP);
         }
         let mut st = self.state.lock();
+        if features & bit(feature::VHOST_F_LOG_ALL) != 0 && !(self.rx.lock().can_log_all() && self.tx.lock().can_log_all()) {
+            return Err(EFAULT);
+        }
         st.features = features;
         self.rx.lock().set_features(features);
         self.tx.lock().set_features(features);
@@ -459,6 +472,35 @@ impl VhostNet {
         Ok(0)
     }
 
+    /// `VHOST_SET_LOG_BASE`: the dirty bitmap's address in the owner's
+    /// memory, given to each queue. A queue whose running ring would not
+    /// fit keeps its old base and the call fails with `-EFAULT`, while the
+    /// other queue takes the new one, as in the C driver.
+    fn set_log_base(&self, arg: usize) -> Result<isize> {
+        let base: u64 = read_arg(arg)?;
+        if usize::try_from(base).is_err() {
+            return Err(EFAULT);
+        }
+        let log = DirtyLog::new(base);
+        let rx = self.rx.lock().set_log_base(log);
+        let tx = self.tx.lock().set_log_base(log);
+        rx.and(tx)?;
+        Ok(0)
+    }
+
+    /// `VHOST_SET_LOG_FD`: the eventfd signalled after writes are logged;
+    /// -1 unbinds.
+    fn set_log_fd(&self, arg: usize) -> Result<isize> {
+        let fd: i32 = read_arg(arg)?;
+        let eventfd = match fd {
+            VHOST_FILE_UNBIND => None,
+            fd => Some(Arc::new(EventFd::from_fd(fd)?, GFP_KERNEL)?),
+        };
+        self.rx.lock().set_log_eventfd(eventfd.clone());
+        self.tx.lock().set_log_eventfd(eventfd);
+        Ok(0)
+    }
+
     /// `SET_MEM_TABLE`: the whole table is read and checked before either
     /// queue sees it, so a refused table changes nothing.
     fn set_mem_table(&self, st: &mut DevState, arg: usize) -> Result<isize> {
@@ -483,6 +525,10 @@ impl VhostNet {
             regions.push(region, GFP_KERNEL)?;
         }
         memory::validate(&mut regions, max_regions()).map_err(mem_errno)?;
+        // With logging on, the log must have room for the new table.
+        if !(self.rx.lock().can_take_mem(&regions) && self.tx.lock().can_take_mem(&regions)) {
+            return Err(EFAULT);
+        }
         let table = Arc::new(regions, GFP_KERNEL)?;
         st.nregions = nregions;
         self.rx.lock().set_mem(table.clone());
@@ -543,8 +589,8 @@ impl VhostNet {
         st.check_owner()?;
         match cmd {
             VHOST_SET_MEM_TABLE => self.set_mem_table(&mut st, arg),
-            // Dirty logging is not implemented, and LOG_ALL is not offered.
-            VHOST_SET_LOG_BASE | VHOST_SET_LOG_FD => Err(EOPNOTSUPP),
+            VHOST_SET_LOG_BASE => self.set_log_base(arg),
+            VHOST_SET_LOG_FD => self.set_log_fd(arg),
             _ => self.vring_ioctl(cmd, arg),
         }
     }

@@ -26,13 +26,15 @@
 //! The worker takes only its queue's lock. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
+use crate::dirtylog::{DirtyLog, LogError, WriteLog};
 use crate::eventfd::EventFd;
 use crate::file_poll::{FilePoll, PollableFile, POLLIN};
 use crate::memory::Region;
-use crate::uaccess::{user_limit, OwnerMem};
+use crate::uaccess::{user_limit, OwnerBitmap, OwnerMem};
 use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG_MASK};
 use crate::vring::{self, GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
 use crate::worker::{should_stop_polling, Waker, Work};
+use core::cell::Cell;
 use kernel::{
     fs::File,
     new_mutex,
@@ -154,6 +156,14 @@ pub(crate) struct VqState<B: Backend> {
     err: Option<EventFd>,
     waker: Arc<Waker>,
     stats: Stats,
+    /// `VHOST_SET_LOG_BASE`, as this queue was given it.
+    log: DirtyLog,
+    /// `VHOST_SET_LOG_FD`: signalled after the device logged writes. One
+    /// eventfd, shared by the device's queues.
+    log_eventfd: Option<Arc<EventFd>>,
+    /// The used ring's guest-physical address for the log, if
+    /// `VHOST_VRING_F_LOG` was set (`log_guest_addr`).
+    used_log: Option<u64>,
     /// Scratch space of the data path, allocated once so that no packet
     /// allocates.
     iov: KVec<Iov>,
@@ -174,6 +184,47 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
     pub(crate) waker: &'a Arc<Waker>,
     call: Option<&'a EventFd>,
     busyloop_timeout: u32,
+    pub(crate) log: RunLog<'a>,
+}
+
+/// The dirty log as one run of the data path sees it.
+///
+/// Every write the device makes to guest memory goes through one of
+/// [`Vring`]'s methods or [`ActiveRing::log_written`], and each of them
+/// marks its pages here, then has userspace told with [`RunLog::flush`].
+pub(crate) struct RunLog<'a> {
+    log: DirtyLog,
+    eventfd: Option<&'a EventFd>,
+    /// `VHOST_F_LOG_ALL`: the data the device writes is logged (the used
+    /// ring's writes follow `VHOST_VRING_F_LOG`, inside [`Vring`]).
+    data: bool,
+    /// Bits were set since the eventfd was last signalled.
+    marked: Cell<bool>,
+}
+
+impl WriteLog for RunLog<'_> {
+    fn mark(&self, gpa: u64, len: u64) -> Result<(), LogError> {
+        self.log.mark(&OwnerBitmap, gpa, len)?;
+        self.marked.set(true);
+        Ok(())
+    }
+}
+
+impl<'a> RunLog<'a> {
+    fn new(log: DirtyLog, eventfd: Option<&'a EventFd>, features: u64) -> Self {
+        Self { log, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
+    }
+
+    /// Tells userspace that the log has new bits, once per batch of
+    /// writes (C signals its `log_ctx` after each `log_used` or
+    /// `vhost_log_write` that succeeded).
+    pub(crate) fn flush(&self) {
+        if self.marked.replace(false) {
+            if let Some(eventfd) = self.eventfd {
+                eventfd.signal();
+            }
+        }
+    }
 }
 
 impl<B: Backend> ActiveRing<'_, B> {
@@ -183,7 +234,8 @@ impl<B: Backend> ActiveRing<'_, B> {
             return Ok(());
         }
         let mem = OwnerMem;
-        self.ring.add_used(&mem, &self.heads[..count])?;
+        self.ring.add_used(&mem, &self.log, &self.heads[..count])?;
+        self.log.flush();
         if self.ring.should_notify(&mem)? {
             if let Some(call) = self.call {
                 call.signal();
@@ -198,11 +250,12 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// caller goes on (charging the retry to its weight).
     pub(crate) fn wait_for_kick(&mut self) -> Result<bool, VringError> {
         let mem = OwnerMem;
-        if self.ring.enable_notify(&mem)? {
-            self.ring.disable_notify(&mem)?;
-            return Ok(true);
+        let more = self.ring.enable_notify(&mem, &self.log)?;
+        if more {
+            self.ring.disable_notify(&mem, &self.log)?;
         }
-        Ok(false)
+        self.log.flush();
+        Ok(more)
     }
 
     /// Busy-polls for up to the queue's `VHOST_SET_VRING_BUSYLOOP_TIMEOUT`
@@ -230,8 +283,40 @@ impl<B: Backend> ActiveRing<'_, B> {
         }
     }
 
+    /// Asks the guest not to kick while this run polls the ring
+    /// (`vhost_disable_notify`).
+    pub(crate) fn disable_notify(&mut self) -> Result<(), VringError> {
+        self.ring.disable_notify(&OwnerMem, &self.log)?;
+        self.log.flush();
+        Ok(())
+    }
+
     pub(crate) fn has_feature(&self, bit_nr: u32) -> bool {
         self.features & bit(bit_nr) != 0
+    }
+
+    /// Logs that the device wrote the first `len` bytes of the buffers
+    /// `iov`, with `VHOST_F_LOG_ALL` (C's `vhost_log_write`), once the
+    /// writes are visible. As in C, a log that cannot be written (the owner
+    /// unmapped it after it was checked) does not stop the queue.
+    pub(crate) fn log_written(&self, iov: &[Iov], len: u64) {
+        if !self.log.data {
+            return;
+        }
+        OwnerMem.wmb();
+        let mut rest = len;
+        for seg in iov {
+            if rest == 0 {
+                break;
+            }
+            let n = core::cmp::min(seg.len, rest);
+            if self.log.mark(seg.gpa, n).is_err() {
+                // C returns here, without signalling.
+                return;
+            }
+            rest -= n;
+        }
+        self.log.flush();
     }
 }
 
@@ -267,6 +352,9 @@ impl<B: Backend> VqState<B> {
             err: None,
             waker,
             stats: Stats::default(),
+            log: DirtyLog::default(),
+            log_eventfd: None,
+            used_log: None,
             iov,
             heads,
             scratch: B::new_scratch()?,
@@ -293,7 +381,6 @@ impl<B: Backend> VqState<B> {
         if addr.flags & !VHOST_VRING_F_LOG_MASK != 0 {
             return Err(EOPNOTSUPP);
         }
-        // Logging is not offered, so a log address is checked but not used.
         if addr.avail_user_addr % AVAIL_ALIGN != 0
             || addr.used_user_addr % USED_ALIGN != 0
             || addr.log_guest_addr % USED_ALIGN != 0
@@ -301,11 +388,13 @@ impl<B: Backend> VqState<B> {
             return Err(EINVAL);
         }
         let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
-        if self.backend.is_some() && !new.in_user_space(self.num) {
+        let used_log = (addr.flags & VHOST_VRING_F_LOG_MASK != 0).then_some(addr.log_guest_addr);
+        if self.backend.is_some() && (!new.in_user_space(self.num) || !self.log_covers_used(self.log, used_log)) {
             return Err(EINVAL);
         }
         self.stop();
         self.addr = Some(new);
+        self.used_log = used_log;
         // New addresses are a reconfiguration: a ring the guest corrupted
         // may run again (a stopped one still waits for its backend).
         self.broken = false;
@@ -396,11 +485,13 @@ impl<B: Backend> VqState<B> {
     /// released here, under the lock, before the worker can use the new
     /// one: packets it had taken off the tap go back in order.
     pub(crate) fn set_backend(&mut self, backend: Option<B>) -> Result {
-        let addr = self.addr.ok_or(EFAULT)?;
         let mut backend = backend;
         let used_idx = match backend.as_mut() {
             Some(new) => {
-                let used_idx = Self::init_access(&addr, self.num)?;
+                // C writes the used flags of a ring it has no address for
+                // at address 0, and faults.
+                let addr = self.addr.ok_or(EFAULT)?;
+                let used_idx = self.init_access(&addr)?;
                 new.enable(&self.waker)?;
                 used_idx
             }
@@ -427,10 +518,69 @@ impl<B: Backend> VqState<B> {
     }
 
     /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd, as
-    /// the C driver does: the ring addresses must be set (`-EFAULT`, for
-    /// an unbind too).
-    pub(crate) fn check_ring_addr(&self) -> Result {
-        self.addr.map(|_| ()).ok_or(EFAULT)
+    /// the C driver does (`vhost_vq_access_ok`): a memory table must be
+    /// set and the log must have room for what the queue would log
+    /// (`-EFAULT`, for an unbind too), and the ring addresses, if set, in
+    /// user space. A ring without addresses can only be unbound.
+    pub(crate) fn check_access(&self) -> Result {
+        // Addresses that were set must lie in user space (`vq_access_ok`;
+        // with a backend attached, SET_VRING_ADDR refused any other).
+        if self.addr.is_some_and(|addr| !addr.in_user_space(self.num)) || !self.log_covers(self.log) {
+            return Err(EFAULT);
+        }
+        Ok(())
+    }
+
+    /// Whether `log` has room for the bits of the used ring at `used_log`
+    /// (C's `vq_log_used_access_ok`): the ring's size with `avail_event`
+    /// only under event-idx (`vhost_get_used_size`).
+    fn log_covers_used(&self, log: DirtyLog, used_log: Option<u64>) -> bool {
+        let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
+        match used_log {
+            Some(gpa) => log.covers(gpa, Vring::sizes(self.num, event_idx).2, user_limit()),
+            None => true,
+        }
+    }
+
+    /// Whether the queue can run with `log` (C's `vq_log_access_ok`): it
+    /// has a memory table (C refuses a queue without one, log or not), the
+    /// log has room for every region with `VHOST_F_LOG_ALL`, and for the
+    /// used ring with `VHOST_VRING_F_LOG`.
+    fn log_covers(&self, log: DirtyLog) -> bool {
+        let Some(mem) = self.mem.as_deref() else { return false };
+        let table = self.features & bit(feature::VHOST_F_LOG_ALL) == 0 || log.covers_table(mem, user_limit());
+        table && self.log_covers_used(log, self.used_log)
+    }
+
+    /// `VHOST_SET_LOG_BASE` for this queue: refused (`-EFAULT`) if a
+    /// running queue's writes would not fit, checked again at attach.
+    pub(crate) fn set_log_base(&mut self, log: DirtyLog) -> Result {
+        if self.backend.is_some() && !self.log_covers(log) {
+            return Err(EFAULT);
+        }
+        self.log = log;
+        Ok(())
+    }
+
+    /// `VHOST_SET_LOG_FD` for this queue; `None` unbinds.
+    pub(crate) fn set_log_eventfd(&mut self, eventfd: Option<Arc<EventFd>>) {
+        self.log_eventfd = eventfd;
+    }
+
+    /// Whether `SET_FEATURES` may turn `VHOST_F_LOG_ALL` on: every region
+    /// of an attached queue's table has room in its log (C's
+    /// `vhost_log_access_ok`; a queue with no table refuses).
+    pub(crate) fn can_log_all(&self) -> bool {
+        self.backend.is_none() || self.mem.as_deref().is_some_and(|mem| self.log.covers_table(mem, user_limit()))
+    }
+
+    /// Whether a new memory table can replace this queue's (C's
+    /// `memory_access_ok`): with `VHOST_F_LOG_ALL`, an attached queue's log
+    /// must have room for it.
+    pub(crate) fn can_take_mem(&self, mem: &MemTable) -> bool {
+        self.backend.is_none()
+            || self.features & bit(feature::VHOST_F_LOG_ALL) == 0
+            || self.log.covers_table(mem, user_limit())
     }
 
     /// Whether the attached backend is `file`.
@@ -440,14 +590,23 @@ impl<B: Backend> VqState<B> {
 
     /// `vhost_vq_init_access`: the ring must lie in the user address space
     /// and be reachable, its used flags writable (they are reset, so a
-    /// stale `NO_NOTIFY` does not linger), and the device continues from
-    /// the guest's used index, which it returns. `-EFAULT` otherwise.
-    fn init_access(addr: &RingAddr, num: u32) -> Result<u16> {
-        if !addr.in_user_space(num) {
+    /// stale `NO_NOTIFY` does not linger, and the write is logged), and the
+    /// device continues from the guest's used index, which it returns.
+    /// `-EFAULT` otherwise.
+    fn init_access(&self, addr: &RingAddr) -> Result<u16> {
+        if !addr.in_user_space(self.num) {
             return Err(EFAULT);
         }
         let mem = OwnerMem;
         mem.write_u16(Vring::used_flags_addr_of(addr.used), 0).map_err(|_| EFAULT)?;
+        if let Some(used_gpa) = self.used_log {
+            let log = self.run_log();
+            mem.wmb();
+            // As on the data path, a log the owner unmapped does not fail
+            // the attach.
+            let _unwritable: Result<(), LogError> = log.mark(used_gpa, 2);
+            log.flush();
+        }
         mem.read_u16(Vring::avail_idx_addr_of(addr.avail)).map_err(|_| EFAULT)?;
         mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
     }
@@ -476,6 +635,9 @@ impl<B: Backend> VqState<B> {
         self.stopped = false;
         self.broken = false;
         self.features = 0;
+        self.log = DirtyLog::default();
+        self.log_eventfd = None;
+        self.used_log = None;
     }
 
     /// Starts the ring if everything it needs is there.
@@ -484,7 +646,8 @@ impl<B: Backend> VqState<B> {
             return;
         }
         let Some(addr) = self.addr else { return };
-        let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used };
+        let layout =
+            RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: self.used_log };
         // INVARIANT: the conditions above, and `num` is valid by the type
         // invariant, so `resume` succeeds.
         self.ring = Vring::resume(layout, self.base, self.used_idx, ring_features(self.features));
@@ -515,7 +678,13 @@ impl<B: Backend> VqState<B> {
             waker: &self.waker,
             call: self.call.as_ref(),
             busyloop_timeout: self.busyloop_timeout,
+            log: RunLog::new(self.log, self.log_eventfd.as_deref(), self.features),
         })
+    }
+
+    /// The log as a run of the data path would see it.
+    fn run_log(&self) -> RunLog<'_> {
+        RunLog::new(self.log, self.log_eventfd.as_deref(), self.features)
     }
 
     /// Reports an error of the data path: error eventfd, counter, one debug
@@ -542,7 +711,7 @@ impl<B: Backend> VqState<B> {
         seq_print!(
             m,
             "vq{}:\tnum={} last_avail_idx={} running={} broken={} backend={} \
-             packets={} bytes={} wakeups={} calls={} errors={} drops={}\n",
+             packets={} bytes={} wakeups={} calls={} errors={} drops={} dirty_log={}\n",
             self.index,
             self.num,
             self.ring.as_ref().map_or(self.base, |ring| ring.last_avail_idx()),
@@ -554,7 +723,15 @@ impl<B: Backend> VqState<B> {
             self.waker.wakeups(),
             stats.calls,
             stats.errors,
-            stats.drops
+            stats.drops,
+            // What is being logged for a migration: the data the device
+            // writes (VHOST_F_LOG_ALL), the used ring (VHOST_VRING_F_LOG).
+            match (self.features & bit(feature::VHOST_F_LOG_ALL) != 0, self.used_log.is_some()) {
+                (false, false) => "off",
+                (true, false) => "data",
+                (false, true) => "used",
+                (true, true) => "data+used",
+            }
         );
     }
 }

@@ -73,6 +73,7 @@ static_assert(VIRTIO_NET_F_MRG_RXBUF == 15 && VIRTIO_F_NOTIFY_ON_EMPTY == 24);
 static_assert(VIRTIO_F_ANY_LAYOUT == 27 && VHOST_NET_F_VIRTIO_NET_HDR == 27);
 static_assert(VIRTIO_RING_F_INDIRECT_DESC == 28 && VIRTIO_RING_F_EVENT_IDX == 29);
 static_assert(VIRTIO_F_VERSION_1 == 32 && VIRTIO_F_RING_RESET == 40);
+static_assert(VHOST_F_LOG_ALL == 26 && VHOST_PAGE_SIZE == 0x1000);
 static_assert(VIRTIO_FEATURES_U64S == 2);
 /* uapi.rs's VirtioNetHdr, and vring.rs's descriptor and ring flags. */
 static_assert(sizeof(struct virtio_net_hdr) == 10 && sizeof(struct virtio_net_hdr_mrg_rxbuf) == 12);

@@ -17,6 +17,7 @@
 //! 16-bit accesses ([`GuestMemory::read_u16`]/[`GuestMemory::write_u16`]),
 //! ordered by the barriers the virtio spec requires.
 
+use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::{self, MemError, Region};
 
 /// `VRING_DESC_F_NEXT`.
@@ -145,9 +146,11 @@ pub(crate) struct UsedElem {
     pub(crate) len: u32,
 }
 
-/// One translated piece of a chain, in the owner's address space.
+/// One translated piece of a chain: in the owner's address space (`addr`),
+/// and where it is in guest-physical memory (`gpa`), for the dirty log.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Iov {
+    pub(crate) gpa: u64,
     pub(crate) addr: u64,
     pub(crate) len: u64,
 }
@@ -198,6 +201,9 @@ pub(crate) struct Vring {
     /// `used->idx` when the guest was last signalled (event-idx).
     signalled_used: u16,
     signalled_used_valid: bool,
+    /// The used ring's guest-physical address, if its writes are logged
+    /// (`VHOST_VRING_F_LOG`, `log_guest_addr`).
+    used_log: Option<u64>,
 }
 
 /// Where a ring lives and where it resumes: what `Vring::new` needs.
@@ -208,6 +214,9 @@ pub(crate) struct RingLayout {
     pub(crate) desc: u64,
     pub(crate) avail: u64,
     pub(crate) used: u64,
+    /// The used ring's guest-physical address, if the device must log its
+    /// writes to it (`VHOST_VRING_F_LOG`).
+    pub(crate) used_log: Option<u64>,
 }
 
 impl Vring {
@@ -237,7 +246,22 @@ impl Vring {
             last_used_idx: used_idx,
             signalled_used: 0,
             signalled_used_valid: false,
+            used_log: layout.used_log,
         })
+    }
+
+    /// Logs a write of `len` bytes at byte `offset` of the used ring, if its
+    /// writes are logged, after the write itself is visible (C's
+    /// `log_used`). As in C, a log that cannot be written does not stop
+    /// the ring: the bitmap's room was checked when it was set, so only the
+    /// owner unmapping it makes this fail, and the owner then reads no log.
+    fn log_used<M: GuestMemory, L: WriteLog>(&self, mem: &M, log: &L, offset: u64, len: u64) -> Result<(), VringError> {
+        let Some(used_gpa) = self.used_log else { return Ok(()) };
+        mem.wmb();
+        if let Some(gpa) = used_gpa.checked_add(offset) {
+            let _unwritable: Result<(), LogError> = log.mark(gpa, len);
+        }
+        Ok(())
     }
 
     /// Next avail entry the device will take (what `GET_VRING_BASE` reports).
@@ -413,7 +437,7 @@ impl Vring {
             memory::for_each_piece(regions, d.addr, u64::from(d.len), |seg| {
                 // A full iov array is reported as TooMany and mapped below.
                 let slot = iov.get_mut(nseg).ok_or(MemError::TooMany)?;
-                *slot = Iov { addr: seg.uaddr, len: seg.len };
+                *slot = Iov { gpa: seg.gpa, addr: seg.uaddr, len: seg.len };
                 nseg += 1;
                 Ok(())
             })
@@ -489,9 +513,10 @@ impl Vring {
 
     /// Adds used elements for `heads` and publishes them with one
     /// `used->idx` store.
-    pub(crate) fn add_used<M: GuestMemory>(
+    pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
         &mut self,
         mem: &M,
+        log: &L,
         heads: &[UsedElem],
     ) -> Result<(), VringError> {
         // Elements adjacent in the ring go out in one copy, up to
@@ -510,12 +535,14 @@ impl Vring {
                 at += USED_ELEM_SIZE as usize;
             }
             mem.write(self.used_elem_addr(idx), &b[..n * USED_ELEM_SIZE as usize])?;
+            self.log_used(mem, log, self.used_elem_addr(idx) - self.used, n as u64 * USED_ELEM_SIZE)?;
             idx = idx.wrapping_add(n as u16);
             rest = &rest[n..];
         }
         // The elements must be visible before the index that exposes them.
         mem.wmb();
         mem.write_u16(self.used_idx_addr(), idx)?;
+        self.log_used(mem, log, self.used_idx_addr() - self.used, 2)?;
         let old = self.last_used_idx;
         self.last_used_idx = idx;
         // If the guest's used_event fell inside the skipped range, the
@@ -560,11 +587,13 @@ impl Vring {
     /// device waits for the guest to add buffers, rather than spin on the
     /// ones that were not enough. The index read is checked and cached
     /// like any other.
-    pub(crate) fn enable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn enable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
         if self.features.event_idx {
             mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
+            self.log_used(mem, log, self.avail_event_addr() - self.used, 2)?;
         } else {
             mem.write_u16(self.used_flags_addr(), 0)?;
+            self.log_used(mem, log, 0, 2)?;
         }
         // The store above must be visible before we look at avail->idx, or a
         // kick could be lost.
@@ -575,9 +604,10 @@ impl Vring {
     }
 
     /// Asks the guest not to kick while the device is polling the ring.
-    pub(crate) fn disable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
         if !self.features.event_idx {
             mem.write_u16(self.used_flags_addr(), USED_F_NO_NOTIFY)?;
+            self.log_used(mem, log, 0, 2)?;
         }
         Ok(())
     }

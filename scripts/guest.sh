@@ -21,6 +21,10 @@
 #                 lets QEMU open them; the guest gets 2 vCPUs.
 #   G_TAPDEV=DEV  the guest's backend is this character device (a macvtap's
 #                 /dev/tapN) instead of the tap $G_TAP.
+#   G_QMP=PATH    QEMU listens for QMP on the unix socket PATH.
+#   G_QEMU_ARGS   more QEMU arguments, split at spaces ("-incoming unix:X",
+#                 "-only-migratable").
+#   G_MEM=SIZE    guest RAM, as QEMU's -m takes it (default 192M).
 #
 # Guest kernel and initramfs come from scripts/setup ($VNR_CACHE/guest).
 
@@ -97,11 +101,14 @@ g_start() {
 	fi
 	[ -n "$devopts" ] && nic+=",$devopts"
 	G_LOG=$(mktemp /tmp/vnr-guest.XXXXXX)
-	local args=(-machine pc -accel "$(g_accel)" -m 192M -smp "$smp" -nographic -no-reboot
+	local args=(-machine pc -accel "$(g_accel)" -m "${G_MEM:-192M}" -smp "$smp" -nographic -no-reboot
 		-serial "file:$G_LOG" -monitor none -display none
 		-kernel "$G_KERNEL" -initrd "$G_INITRD"
 		-append "console=ttyS0 quiet panic=-1 vnr.ip=$G_GUEST_IP/24"
 		-netdev "$netdev" -device "$nic,mac=$G_MAC")
+	[ -n "${G_QMP:-}" ] && args+=(-qmp "unix:$G_QMP,server=on,wait=off")
+	# shellcheck disable=SC2206  # split at spaces, as documented
+	[ -n "${G_QEMU_ARGS:-}" ] && args+=($G_QEMU_ARGS)
 	(
 		if [ -n "$vhostdev" ] && [ "$queues" = 1 ]; then exec 3<>"$vhostdev" || exit 1; fi
 		if [ -n "${G_TAPDEV:-}" ]; then exec 4<>"$G_TAPDEV" || exit 1; fi
@@ -165,13 +172,14 @@ g_vq_packets() {
 }
 
 # g_run COMMAND: runs COMMAND in the guest's shell (TCP port 7777, see
-# scripts/mkinitramfs); prints its output and returns its status.
+# scripts/mkinitramfs); prints its output and returns its status. Gives up
+# after G_RUN_TIMEOUT seconds (default 120).
 g_run() {
 	local out rc
 	# busybox nc -e connects only stdin and stdout to the socket: the
 	# command's stderr is redirected by hand.
 	out=$(printf '{ %s\n} 2>&1; printf "\\nVNR-RC=%%s\\n" $?; exit\n' "$1" |
-		timeout 120 busybox nc "$G_GUEST_IP" 7777 2>&1)
+		timeout "${G_RUN_TIMEOUT:-120}" busybox nc "$G_GUEST_IP" 7777 2>&1)
 	rc=$(echo "$out" | sed -n 's/^VNR-RC=//p' | tail -n 1)
 	echo "$out" | grep -v '^VNR-RC='
 	[ "${rc:-1}" = 0 ]

@@ -44,6 +44,7 @@ static size_t size = 64;
 static double secs = 2.0;
 static int nq = 1;
 static unsigned int busy_us;	/* -p: busy-loop timeout, µs */
+static bool dirty_log;		/* -l: dirty logging on */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -58,6 +59,7 @@ struct pair {
 	uint64_t *fair_t;
 	volatile int fair_stop;
 	pthread_t dev_thr, src_thr;
+	void *log;			/* -l: the dirty bitmap */
 };
 
 static bool gso;			/* gsotx or gsorx */
@@ -161,6 +163,16 @@ static int setup_pair(struct pair *p)
 		p->gso_s = h_gso_sock(&p->d);
 		if (p->gso_s < 0)
 			return p->gso_s;
+	}
+	if (dirty_log && strcmp(backend, "user")) {
+		/* As during a migration: every write the device makes is
+		 * logged in a bitmap nobody clears. */
+		p->log = calloc(1, H_LOG_BYTES);
+		if (!p->log)
+			return -ENOMEM;
+		r = h_log_start(&p->d, p->log, -1);
+		if (r)
+			return r;
 	}
 	if (!strcmp(backend, "user")) {
 		/* The baseline: everything but the vhost device, which h_setup
@@ -425,7 +437,7 @@ int main(int argc, char **argv)
 	uint32_t lost = 0;
 	int c, i;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:p:h")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lh")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
@@ -433,9 +445,12 @@ int main(int argc, char **argv)
 		case 't': secs = atof(optarg); break;
 		case 'q': nq = atoi(optarg); break;
 		case 'p': busy_us = strtoul(optarg, NULL, 0); break;
+		case 'l': dirty_log = true; break;
 		default:
 			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
-					"             [-p US]   (-p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues)\n");
+					"             [-p US] [-l]\n"
+					"  -p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues\n"
+					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -507,8 +522,8 @@ int main(int argc, char **argv)
 		pk += pairs[i].tx_pkts + pairs[i].rx_pkts;
 		by += pairs[i].bytes;
 	}
-	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"secs\":%.3f",
-	       backend, mode, size, nq, busy_us, (t1 - t0) / 1e9);
+	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,\"secs\":%.3f",
+	       backend, mode, size, nq, busy_us, dirty_log, (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 

@@ -476,6 +476,40 @@ static inline void h_detach(struct h_dev *d)
 	}
 }
 
+/* Dirty logging (migration): the bitmap for the whole guest memory, one
+ * bit per 4 KiB page. */
+#define H_LOG_BYTES	(H_MEM_SIZE / 4096 / 8)
+
+/* Turns dirty logging on, as QEMU does at migration start: the log base
+ * (H_LOG_BYTES at `bitmap`) and fd (-1 for none), LOG_ALL, then both rings'
+ * addresses again with VHOST_VRING_F_LOG. Returns 0 or -errno. */
+static inline int h_log_start(struct h_dev *d, void *bitmap, int logfd)
+{
+	uint64_t base = (uint64_t)(uintptr_t)bitmap, f = d->features | (1ULL << VHOST_F_LOG_ALL);
+	int q, r;
+
+	if ((r = h_ioctl(d->fd, VHOST_SET_LOG_BASE, &base)))
+		return r;
+	if ((r = h_ioctl(d->fd, VHOST_SET_LOG_FD, &logfd)))
+		return r;
+	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
+		return r;
+	for (q = 0; q < 2; q++) {
+		struct h_vq *v = &d->vq[q];
+		struct vhost_vring_addr a = {
+			.index = q, .flags = 1 << VHOST_VRING_F_LOG,
+			.desc_user_addr = (uint64_t)(uintptr_t)v->vr.desc,
+			.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail,
+			.used_user_addr = (uint64_t)(uintptr_t)v->vr.used,
+			.log_guest_addr = h_gpa(d, v->vr.used),
+		};
+
+		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_ADDR, &a)))
+			return r;
+	}
+	return 0;
+}
+
 /* Guest memory, a tap with its AF_PACKET peer, and an attached device. */
 static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 {
@@ -1145,23 +1179,34 @@ static inline long long h_slab_after_kb(long long s0, long long limit)
 	return best;
 }
 
-/* A counter of the device's fdinfo: `name` (e.g. "drops=") on the line of
- * `vq` (e.g. "vq0:"); ~0 if absent. */
-static inline uint64_t h_fdinfo_u64(struct h_dev *d, const char *vq, const char *name)
+/* The device's /proc/self/fdinfo text in `buf` (NUL-terminated); false if
+ * it cannot be read. */
+static inline bool h_fdinfo_read(struct h_dev *d, char *buf, size_t size)
 {
-	char path[64], buf[4096], *p;
+	char path[64];
 	ssize_t n;
 	int f;
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", d->fd);
 	f = open(path, O_RDONLY);
 	if (f < 0)
-		return ~0ULL;
-	n = read(f, buf, sizeof(buf) - 1);
+		return false;
+	n = read(f, buf, size - 1);
 	close(f);
 	if (n <= 0)
-		return ~0ULL;
+		return false;
 	buf[n] = 0;
+	return true;
+}
+
+/* A counter of the device's fdinfo: `name` (e.g. "drops=") on the line of
+ * `vq` (e.g. "vq0:"); ~0 if absent. */
+static inline uint64_t h_fdinfo_u64(struct h_dev *d, const char *vq, const char *name)
+{
+	char buf[4096], *p;
+
+	if (!h_fdinfo_read(d, buf, sizeof(buf)))
+		return ~0ULL;
 	p = strstr(buf, vq);
 	if (!p || !(p = strstr(p, name)))
 		return ~0ULL;

@@ -273,19 +273,26 @@ TEST(cve_2018_16880_rx_heads_beyond_limit)
 	h_teardown(&d);
 }
 
-/* CVE-2019-14835: zero-length descriptors (and a log address, which is
- * never used since logging is not offered) cause no overflow. */
+/* CVE-2019-14835: zero-length descriptors with dirty logging on (the
+ * C driver's log array overflowed during migration) cause no overflow:
+ * TX of such a chain, and RX into a chain of zero-length writable
+ * descriptors around a real one. */
 TEST(cve_2019_14835_zero_length_descriptors)
 {
 	struct h_dev d;
 	struct h_opts o = opts;
 	struct h_vq *v;
-	uint8_t buf[2048], *p;
+	uint8_t buf[2048], *p, *bitmap = calloc(1, H_MEM_SIZE / 4096 / 8);
 	ssize_t n;
-	uint64_t log = 1;
+	uint64_t log = (uint64_t)(uintptr_t)bitmap, f;
+	uint16_t i;
 
+	ASSERT_TRUE(bitmap != NULL);
+	o.num = 256;	/* room for the 121-descriptor RX chain */
 	ASSERT_EQ(0, h_setup(&d, &o));
-	EXPECT_EQ(-EOPNOTSUPP, h_ioctl(d.fd, VHOST_SET_LOG_BASE, &log));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_LOG_BASE, &log));
+	f = d.features | (1ULL << VHOST_F_LOG_ALL);
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_FEATURES, &f));
 	v = &d.vq[1];
 	p = h_ptr(&d, h_buf(&d, 1, 0));
 	memset(p, 0, d.hdr_len);
@@ -298,7 +305,23 @@ TEST(cve_2019_14835_zero_length_descriptors)
 	h_kick(&d, 1);
 	n = h_pkt_recv(&d, buf, sizeof(buf), WAIT_MS);
 	EXPECT_EQ(9, h_check_frame(buf, n, 100));
+	/* RX: 60 zero-length writable descriptors, one real buffer, 60 more;
+	 * the packet lands in the real one and its page is logged. */
+	v = &d.vq[0];
+	for (i = 0; i < 121; i++)
+		v->vr.desc[i] = (struct vring_desc){ i == 60 ? h_buf(&d, 0, 0) : 0xffffffffff000ULL,
+						     i == 60 ? 2048 : 0,
+						     VRING_DESC_F_WRITE | (i < 120 ? VRING_DESC_F_NEXT : 0),
+						     i + 1 };
+	h_publish(&d, 0, 0);
+	h_kick(&d, 0);
+	h_frame(buf, 10, 100);
+	ASSERT_EQ(100, send(d.pkt, buf, 100, 0));
+	ASSERT_EQ(0, h_wait_used(&d, 0, 1, WAIT_MS));
+	EXPECT_EQ(10, h_check_frame((uint8_t *)h_ptr(&d, h_buf(&d, 0, 0)) + d.hdr_len, 100, 100));
+	EXPECT_TRUE(bitmap[h_buf(&d, 0, 0) / 4096 / 8] & (1u << (h_buf(&d, 0, 0) / 4096 % 8)));
 	h_teardown(&d);
+	free(bitmap);
 }
 
 /* CVE-2020-10942: NET_SET_BACKEND with every wrong kind of fd. */

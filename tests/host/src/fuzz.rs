@@ -5,7 +5,8 @@
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
 use arbitrary::Arbitrary;
 use crate::memory::{validate, Region};
-use crate::testmem::TestMem;
+
+use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
 #[derive(Arbitrary, Debug)]
@@ -81,7 +82,7 @@ pub fn run(inp: Input) {
         mem.put_u16(avail + 4 + 2 * i as u64, u16::from(*h));
     }
     mem.put_u16(avail + 2, inp.base);
-    let mut ring = Vring::resume(RingLayout { num, desc, avail, used }, inp.base, inp.base, feats).unwrap();
+    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, inp.base, inp.base, feats).unwrap();
     let mut iov = vec![Iov::default(); 1 + usize::from(inp.iov_len) % MAX_SEGMENTS];
     let mut outstanding: u64 = 0;
     for op in inp.ops.iter().take(256) {
@@ -105,16 +106,16 @@ pub fn run(inp: Input) {
             }
             Op::AddUsed(n) => {
                 let heads: Vec<UsedElem> = (0..u16::from(n % 4)).map(|head| UsedElem { head, len: 0 }).collect();
-                let _ = ring.add_used(&mem, &heads);
+                let _ = ring.add_used(&mem, &NoLog, &heads);
             }
             Op::Notify => {
                 let _ = ring.should_notify(&mem);
             }
             Op::EnableNotify => {
-                let _ = ring.enable_notify(&mem);
+                let _ = ring.enable_notify(&mem, &NoLog);
             }
             Op::DisableNotify => {
-                let _ = ring.disable_notify(&mem);
+                let _ = ring.disable_notify(&mem, &NoLog);
             }
             Op::Unpop(n) => {
                 let n = u64::from(n).min(outstanding);

@@ -7,6 +7,8 @@
 pub mod memory;
 #[path = "../../../vring.rs"]
 pub mod vring;
+#[path = "../../../dirtylog.rs"]
+pub mod dirtylog;
 
 pub mod testmem;
 
@@ -14,6 +16,8 @@ pub mod testmem;
 mod memory_tests;
 #[cfg(test)]
 mod vring_tests;
+#[cfg(test)]
+mod dirtylog_tests;
 #[cfg(test)]
 mod random_tests;
 #[cfg(feature = "fuzz")]

@@ -49,11 +49,11 @@ fn segs(t: &[Region], gpa: u64, len: u64) -> Result<Vec<Segment>, MemError> {
 fn translate_splits_across_regions_and_refuses_holes() {
     let mut t = vec![r(0, 0x1000, 0x100000), r(0x1000, 0x1000, 0x900000), r(0x3000, 0x1000, 0x500000)];
     validate(&mut t, 64).unwrap();
-    assert_eq!(segs(&t, 0x10, 0x20).unwrap(), vec![Segment { uaddr: 0x100010, len: 0x20 }]);
+    assert_eq!(segs(&t, 0x10, 0x20).unwrap(), vec![Segment { gpa: 0x10, uaddr: 0x100010, len: 0x20 }]);
     // Crosses from region 0 into region 1: two segments, each bounded.
     assert_eq!(
         segs(&t, 0xff0, 0x20).unwrap(),
-        vec![Segment { uaddr: 0x100ff0, len: 0x10 }, Segment { uaddr: 0x900000, len: 0x10 }]
+        vec![Segment { gpa: 0xff0, uaddr: 0x100ff0, len: 0x10 }, Segment { gpa: 0x1000, uaddr: 0x900000, len: 0x10 }]
     );
     // Runs into the hole at 0x2000: refused, and the callback never ran.
     let mut called = false;
@@ -79,9 +79,9 @@ fn translate_unaligned_odd_sized_regions() {
     assert_eq!(
         segs(&t, 0x1000, 0xb).unwrap(),
         vec![
-            Segment { uaddr: 0x101002, len: 3 },
-            Segment { uaddr: 0x900001, len: 7 },
-            Segment { uaddr: 0x700000, len: 1 }
+            Segment { gpa: 0x1000, uaddr: 0x101002, len: 3 },
+            Segment { gpa: 0x1003, uaddr: 0x900001, len: 7 },
+            Segment { gpa: 0x100a, uaddr: 0x700000, len: 1 }
         ]
     );
     assert_eq!(segs(&t, 0x2, 2), Err(MemError::NotMapped));
@@ -100,19 +100,19 @@ fn overlapping_regions_translate_as_the_c_interval_tree_does() {
     ];
     validate(&mut t, 64).unwrap();
     // Inside B and D: the lowest start containing it is A.
-    assert_eq!(segs(&t, 0x1200, 0x10).unwrap(), vec![Segment { uaddr: 0x101200, len: 0x10 }]);
+    assert_eq!(segs(&t, 0x1200, 0x10).unwrap(), vec![Segment { gpa: 0x1200, uaddr: 0x101200, len: 0x10 }]);
     // A to its end, then C (A's end is past C's start, so A wins up to 0x3000).
     assert_eq!(
         segs(&t, 0x2ff0, 0x20).unwrap(),
-        vec![Segment { uaddr: 0x102ff0, len: 0x10 }, Segment { uaddr: 0x300800, len: 0x10 }]
+        vec![Segment { gpa: 0x2ff0, uaddr: 0x102ff0, len: 0x10 }, Segment { gpa: 0x3000, uaddr: 0x300800, len: 0x10 }]
     );
     assert_eq!(segs(&t, 0x4000, 1), Err(MemError::NotMapped));
     // Without A: B and D share a start; B was given first.
     let mut t = vec![r(0x1000, 0x800, 0x200000), r(0x1000, 0x100, 0x400000), r(0x3000, 0x10, 0x500000)];
     validate(&mut t, 64).unwrap();
-    assert_eq!(segs(&t, 0x1010, 4).unwrap(), vec![Segment { uaddr: 0x200010, len: 4 }]);
+    assert_eq!(segs(&t, 0x1010, 4).unwrap(), vec![Segment { gpa: 0x1010, uaddr: 0x200010, len: 4 }]);
     assert_eq!(segs(&t, 0x1900, 4), Err(MemError::NotMapped));
-    assert_eq!(segs(&t, 0x3008, 8).unwrap(), vec![Segment { uaddr: 0x500008, len: 8 }]);
+    assert_eq!(segs(&t, 0x3008, 8).unwrap(), vec![Segment { gpa: 0x3008, uaddr: 0x500008, len: 8 }]);
 }
 
 /// The lookup against a model of the C rule (scan for the first region in

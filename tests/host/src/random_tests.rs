@@ -2,7 +2,8 @@
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
 use crate::memory::{validate, Region};
-use crate::testmem::TestMem;
+
+use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
 pub struct Rng(pub u64);
@@ -40,7 +41,7 @@ pub fn one_state(seed: u64) -> usize {
     };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     let base = r.next() as u16;
-    let mut ring = Vring::resume(RingLayout { num, desc, avail, used }, base, base, feats).unwrap();
+    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, base, base, feats).unwrap();
     // Random bytes over the descriptor table, an indirect area and the
     // avail ring; then plausible-looking descriptors most of the time.
     let mut junk = vec![0u8; 0x3000];
@@ -100,14 +101,18 @@ pub fn one_state(seed: u64) -> usize {
                 let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
                 assert_eq!(total, c.out_len + c.in_len);
                 for s in &iov[..c.out + c.inn] {
+                    // Inside one region, at the same offset in guest-physical
+                    // and owner memory: the dirty log marks `gpa`.
                     let inside = regions.iter().any(|g| {
-                        s.addr >= g.uaddr() && s.addr + s.len <= g.uaddr() + g.size()
+                        s.addr >= g.uaddr()
+                            && s.addr + s.len <= g.uaddr() + g.size()
+                            && s.gpa.checked_sub(g.gpa()) == Some(s.addr - g.uaddr())
                     });
-                    assert!(inside, "segment {s:?} outside guest memory");
+                    assert!(inside, "segment {s:?} outside guest memory, or its gpa does not match");
                 }
                 popped += 1;
                 assert!(popped <= num as usize, "popped more than the ring holds");
-                let _ = ring.add_used(&mem, &[UsedElem { head: c.head, len: 0 }]);
+                let _ = ring.add_used(&mem, &NoLog, &[UsedElem { head: c.head, len: 0 }]);
                 let _ = ring.should_notify(&mem);
             }
         }

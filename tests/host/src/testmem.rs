@@ -68,3 +68,12 @@ impl GuestMemory for TestMem {
     fn rmb(&self) {}
     fn wmb(&self) {}
 }
+
+/// A run with logging off: what the module passes when no log is set.
+pub struct NoLog;
+
+impl crate::dirtylog::WriteLog for NoLog {
+    fn mark(&self, _gpa: u64, _len: u64) -> Result<(), crate::dirtylog::LogError> {
+        Ok(())
+    }
+}

@@ -1,5 +1,6 @@
 use crate::memory::{validate, Region};
-use crate::testmem::TestMem;
+
+use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
 const BASE: u64 = 0x10_0000; // owner address of guest-physical 0
@@ -20,7 +21,7 @@ fn rig(num: u32, feats: RingFeatures) -> Rig {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let ring = Vring::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED }, 0, 0, feats).unwrap();
+    let ring = Vring::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, feats).unwrap();
     Rig { mem, regions, ring, num: num as u16, iov: vec![Iov::default(); MAX_SEGMENTS] }
 }
 
@@ -56,10 +57,10 @@ fn pops_a_chain_and_publishes_used() {
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
     assert_eq!((c.head, c.out, c.inn, c.out_len, c.in_len), (0, 1, 1, 100, 200));
-    assert_eq!(r.iov[0], Iov { addr: BASE + 0x8000, len: 100 });
-    assert_eq!(r.iov[1], Iov { addr: BASE + 0x9000, len: 200 });
+    assert_eq!(r.iov[0], Iov { gpa: 0x8000, addr: BASE + 0x8000, len: 100 });
+    assert_eq!(r.iov[1], Iov { gpa: 0x9000, addr: BASE + 0x9000, len: 200 });
     assert_eq!(r.pop().unwrap(), None);
-    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 200 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 200 }]).unwrap();
     assert_eq!(r.mem.get_u16(USED + 2), 1);
     assert_eq!(r.mem.get(USED + 4, 8), [0, 0, 0, 0, 200, 0, 0, 0]);
 }
@@ -141,8 +142,8 @@ fn descriptor_crossing_regions_is_split_per_region() {
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
     assert_eq!(c.out, 2);
-    assert_eq!(r.iov[0], Iov { addr: BASE + 0xf_fff0, len: 0x10 });
-    assert_eq!(r.iov[1], Iov { addr: BASE + 0x20_0000, len: 0x10 });
+    assert_eq!(r.iov[0], Iov { gpa: 0xf_fff0, addr: BASE + 0xf_fff0, len: 0x10 });
+    assert_eq!(r.iov[1], Iov { gpa: 0x10_0000, addr: BASE + 0x20_0000, len: 0x10 });
 }
 
 #[test]
@@ -201,7 +202,7 @@ fn too_many_segments() {
 #[test]
 fn indices_wrap_past_65535() {
     let mut r = rig(4, f());
-    r.ring = Vring::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED }, 65533, 65533, f()).unwrap();
+    r.ring = Vring::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 65533, 65533, f()).unwrap();
     r.desc(DESC, 0, 0x8000, 1, 0, 0);
     let mut idx: u16 = 65533;
     for _ in 0..10 {
@@ -209,7 +210,7 @@ fn indices_wrap_past_65535() {
         r.avail(idx.wrapping_sub(1), 0, idx);
         let c = r.pop().unwrap().unwrap();
         assert_eq!(c.head, 0);
-        r.ring.add_used(&r.mem, &[UsedElem { head: c.head, len: 0 }]).unwrap();
+        r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: c.head, len: 0 }]).unwrap();
         assert_eq!(r.mem.get_u16(USED + 2), idx);
     }
     assert_eq!(r.ring.last_avail_idx(), 65533u16.wrapping_add(10));
@@ -218,10 +219,10 @@ fn indices_wrap_past_65535() {
 #[test]
 fn every_ring_size() {
     for shift in 0..=15 {
-        assert!(Vring::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED }, 0, 0, f()).is_some());
+        assert!(Vring::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f()).is_some());
     }
     for n in [0, 3, 6, 65535, 65536, 1 << 20] {
-        assert!(Vring::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED }, 0, 0, f()).is_none());
+        assert!(Vring::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f()).is_none());
     }
 }
 
@@ -239,25 +240,25 @@ fn notification_suppression() {
     // Without event-idx: NO_INTERRUPT in avail->flags suppresses.
     let mut r = rig(8, f());
     r.mem.put_u16(AVAIL, AVAIL_F_NO_INTERRUPT);
-    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }]).unwrap();
     assert!(!r.ring.should_notify(&r.mem).unwrap());
     r.mem.put_u16(AVAIL, 0);
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // With event-idx: only when used_event is crossed.
     let ev = RingFeatures { event_idx: true, ..f() };
     let mut r = rig(8, ev);
-    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }]).unwrap();
     assert!(r.ring.should_notify(&r.mem).unwrap()); // first one always
     r.mem.put_u16(AVAIL + 4 + 2 * 8, 5); // used_event = 5
-    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }]).unwrap(); // used 2
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }]).unwrap(); // used 2
     assert!(!r.ring.should_notify(&r.mem).unwrap());
-    r.ring.add_used(&r.mem, &[UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }]).unwrap(); // used 6
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }]).unwrap(); // used 6
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // enable_notify publishes avail_event, and reports only entries that
     // arrived since avail->idx was last read.
     r.avail(0, 0, 3);
     r.ring.refresh_avail(&r.mem).unwrap();
-    assert!(!r.ring.enable_notify(&r.mem).unwrap());
+    assert!(!r.ring.enable_notify(&r.mem, &NoLog).unwrap());
     assert_eq!(r.mem.get_u16(USED + 4 + 8 * 8), 3);
     // Entries popped and put back (a packet that needed more buffers) are
     // not news: the device waits for the guest instead of spinning on them.
@@ -267,12 +268,59 @@ fn notification_suppression() {
         r.ring.pop(&r.mem, &r.regions, &mut iov).unwrap().unwrap();
     }
     r.ring.unpop(2);
-    assert!(!r.ring.enable_notify(&r.mem).unwrap());
+    assert!(!r.ring.enable_notify(&r.mem, &NoLog).unwrap());
     // A new entry is.
     r.avail(3, 0, 4);
-    assert!(r.ring.enable_notify(&r.mem).unwrap());
+    assert!(r.ring.enable_notify(&r.mem, &NoLog).unwrap());
     // A guest that moves avail->idx by more than the ring is caught here
     // too, not only by pop.
     r.mem.put_u16(AVAIL + 2, 9);
-    assert_eq!(r.ring.enable_notify(&r.mem), Err(VringError::AvailJump));
+    assert_eq!(r.ring.enable_notify(&r.mem, &NoLog), Err(VringError::AvailJump));
+}
+
+/// Records what the ring asks to be logged.
+#[derive(Default)]
+struct Marks(std::cell::RefCell<Vec<(u64, u64)>>);
+
+impl crate::dirtylog::WriteLog for Marks {
+    fn mark(&self, gpa: u64, len: u64) -> Result<(), crate::dirtylog::LogError> {
+        self.0.borrow_mut().push((gpa, len));
+        Ok(())
+    }
+}
+
+#[test]
+fn used_ring_writes_are_logged_at_the_log_address() {
+    // The used ring's log address is its guest-physical address (USED - BASE
+    // here); QEMU may give any, and only it is logged.
+    const LOG_AT: u64 = 0x77_0000;
+    for event_idx in [false, true] {
+        let feats = RingFeatures { event_idx, ..f() };
+        let mut r = rig(8, feats);
+        let layout = RingLayout { num: 8, desc: DESC, avail: AVAIL, used: USED, used_log: Some(LOG_AT) };
+        r.ring = Vring::resume(layout, 6, 6, feats).unwrap();
+        r.mem.put_u16(AVAIL + 2, 6);
+        let marks = Marks::default();
+        // Three elements from slot 6: they wrap, so two copies, each logged,
+        // then used->idx.
+        let elem = UsedElem { head: 0, len: 1 };
+        r.ring.add_used(&r.mem, &marks, &[elem, elem, elem]).unwrap();
+        assert_eq!(*marks.0.borrow(), vec![(LOG_AT + 4 + 8 * 6, 16), (LOG_AT + 4, 8), (LOG_AT + 2, 2)]);
+        marks.0.borrow_mut().clear();
+        r.ring.enable_notify(&r.mem, &marks).unwrap();
+        r.ring.disable_notify(&r.mem, &marks).unwrap();
+        if event_idx {
+            // avail_event, after the 8 elements; disabling writes nothing.
+            assert_eq!(*marks.0.borrow(), vec![(LOG_AT + 4 + 8 * 8, 2)]);
+        } else {
+            // used->flags, twice.
+            assert_eq!(*marks.0.borrow(), vec![(LOG_AT, 2), (LOG_AT, 2)]);
+        }
+        // Without VHOST_VRING_F_LOG nothing is logged.
+        let mut r = rig(8, feats);
+        let marks = Marks::default();
+        r.ring.add_used(&r.mem, &marks, &[elem]).unwrap();
+        r.ring.enable_notify(&r.mem, &marks).unwrap();
+        assert!(marks.0.borrow().is_empty());
+    }
 }
