@@ -17,7 +17,7 @@ modinfo_ok() {
 }
 
 vnr_ktap_start
-ktap_set_plan 9
+ktap_set_plan 10
 vnr_check "module_file_exists" test -f "$KO"
 vnr_check "modinfo_fields" modinfo_ok
 vnr_check "insmod" insmod "$KO"
@@ -43,4 +43,23 @@ else
 fi
 vnr_check "reload" insmod "$KO"
 vnr_wait_node "$DEV"
+
+# What `make install` put in a scratch root (selftests/preflight.sh, run by
+# selftests/run on the host before the VM) loads by name with modprobe, as
+# an installed module does, and reports the project's version.
+ROOT_DIR=$here/build/root
+modprobe_from_root() {
+	rmmod vhost_net_rs || return 1
+	modprobe -d "$ROOT_DIR" vhost_net_rs || return 1
+	vnr_loaded vhost_net_rs && vnr_wait_node "$DEV" &&
+		[ "$(cat /sys/module/vhost_net_rs/version 2>/dev/null)" = "$(cat "$here/../VERSION")" ]
+}
+if [ ! -d "$ROOT_DIR/lib/modules/$(uname -r)" ]; then
+	vnr_skip "modprobe_after_make_install" "no install root for $(uname -r) (selftests/run makes it)"
+elif modprobe_from_root; then
+	vnr_pass "modprobe_after_make_install" "version $(cat /sys/module/vhost_net_rs/version)"
+else
+	vnr_fail "modprobe_after_make_install" "$(modprobe -d "$ROOT_DIR" -n -v vhost_net_rs 2>&1 | tr '\n' '|')"
+	vnr_loaded vhost_net_rs || insmod "$KO"
+fi
 vnr_ktap_finish
