@@ -14,7 +14,9 @@
 #     the modprobe options and the modules-load.d entry in place and
 #     depmod indexes the module; `make uninstall` takes them away again.
 #     The root is left in selftests/build/root for module.sh, which loads
-#     the module from it with modprobe in the VM.
+#     the module from it with modprobe in the VM;
+#   - dkms (if installed) adds the source and builds the module for KDIR's
+#     kernel, in private dkms trees.
 cd "$(dirname "$0")/.." || exit 1
 KDIR=${1:?usage: selftests/preflight.sh KDIR}
 fail=0
@@ -92,6 +94,26 @@ else
 		if [ -n "$left" ]; then notok make_uninstall "left:$left"
 		elif grep -q 'vhost-net-rs' "$work/root2/lib/modules/$rel/modules.dep"; then notok make_uninstall "still in modules.dep"
 		else ok make_uninstall; fi
+	fi
+fi
+# DKMS, in private trees so that nothing under /usr/src or /var/lib/dkms
+# changes: add, then build against KDIR as dkms would for that kernel.
+if ! command -v dkms >/dev/null; then
+	echo "ok - dkms_build # SKIP dkms not installed"
+else
+	src=$work/src/vhost-net-rs-$version
+	mkdir -p "$src"
+	git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$src" 2>/dev/null
+	dk=(--dkmstree "$work/dkms" --sourcetree "$work/src" --installtree "$work/inst")
+	ko=$work/dkms/vhost-net-rs/$version/$rel/$(uname -m)/module/vhost-net-rs.ko
+	if ! dkms add "${dk[@]}" -m vhost-net-rs -v "$version" >"$ilog" 2>&1; then
+		notok dkms_build "dkms add: $(tail -n 3 "$ilog" | tr '\n' '|')"
+	elif ! dkms build "${dk[@]}" -m vhost-net-rs -v "$version" -k "$rel" --kernelsourcedir "$KDIR" >"$ilog" 2>&1; then
+		notok dkms_build "dkms build: $(tail -n 5 "$ilog" | tr '\n' '|') $(tail -n 5 "$work"/dkms/vhost-net-rs/"$version"/build/make.log 2>/dev/null | tr '\n' '|')"
+	elif ! ls "$ko"* >/dev/null 2>&1; then
+		notok dkms_build "no module at $ko"
+	else
+		ok dkms_build
 	fi
 fi
 exit $fail
