@@ -15,6 +15,8 @@
 #     depmod indexes the module; `make uninstall` takes them away again.
 #     The root is left in selftests/build/root for module.sh, which loads
 #     the module from it with modprobe in the VM;
+#   - without root or without the device node, a C selftest skips as a
+#     whole (exit 4), and so does a shell selftest without root;
 #   - dkms (if installed) adds the source and builds the module for KDIR's
 #     kernel, in private dkms trees.
 cd "$(dirname "$0")/.." || exit 1
@@ -96,6 +98,25 @@ else
 		else ok make_uninstall; fi
 	fi
 fi
+# kselftest's convention: a test that cannot run skips as a whole (exit 4,
+# "1..0 # SKIP") rather than failing, without the device or without root.
+skips_whole() { # NAME COMMAND...: COMMAND exits 4 with a "1..0 # SKIP" plan
+	local name=$1 out rc
+	shift
+	out=$("$@" 2>&1)
+	rc=$?
+	if [ $rc = 4 ] && grep -q '^1\.\.0 # SKIP' <<<"$out"; then ok "$name"
+	else notok "$name" "exit $rc: $(head -n 3 <<<"$out" | tr '\n' '|')"; fi
+}
+if [ -x selftests/build/vhost_abi ]; then
+	skips_whole selftest_skips_without_device env VNR_DEV=/nonexistent selftests/build/vhost_abi
+	skips_whole selftest_skips_without_root setpriv --reuid=65534 --regid=65534 --clear-groups selftests/build/vhost_abi
+else
+	notok selftest_skips_without_device "selftests/build/vhost_abi not built"
+	notok selftest_skips_without_root "selftests/build/vhost_abi not built"
+fi
+skips_whole script_skips_without_root setpriv --reuid=65534 --regid=65534 --clear-groups bash selftests/module.sh
+
 # DKMS, in private trees so that nothing under /usr/src or /var/lib/dkms
 # changes: add, then build against KDIR as dkms would for that kernel.
 if ! command -v dkms >/dev/null; then
