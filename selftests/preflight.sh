@@ -108,14 +108,23 @@ skips_whole() { # NAME COMMAND...: COMMAND exits 4 with a "1..0 # SKIP" plan
 	if [ $rc = 4 ] && grep -q '^1\.\.0 # SKIP' <<<"$out"; then ok "$name"
 	else notok "$name" "exit $rc: $(head -n 3 <<<"$out" | tr '\n' '|')"; fi
 }
+# The unprivileged runs use copies in a directory anyone can read: the
+# tree itself may sit under a private home.
+pub=$work/pub
+mkdir -p "$pub/selftests" "$pub/scripts"
+cp selftests/module.sh selftests/ktap.sh "$pub/selftests/"
+cp scripts/lib.sh "$pub/scripts/"
+chmod -R a+rX "$work"
+nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 if [ -x selftests/build/vhost_abi ]; then
+	cp selftests/build/vhost_abi "$pub/selftests/" && chmod a+rx "$pub/selftests/vhost_abi"
 	skips_whole selftest_skips_without_device env VNR_DEV=/nonexistent selftests/build/vhost_abi
-	skips_whole selftest_skips_without_root setpriv --reuid=65534 --regid=65534 --clear-groups selftests/build/vhost_abi
+	skips_whole selftest_skips_without_root "${nobody[@]}" "$pub/selftests/vhost_abi"
 else
 	notok selftest_skips_without_device "selftests/build/vhost_abi not built"
 	notok selftest_skips_without_root "selftests/build/vhost_abi not built"
 fi
-skips_whole script_skips_without_root setpriv --reuid=65534 --regid=65534 --clear-groups bash selftests/module.sh
+skips_whole script_skips_without_root "${nobody[@]}" bash "$pub/selftests/module.sh"
 
 # DKMS, in private trees so that nothing under /usr/src or /var/lib/dkms
 # changes: add, then build against KDIR as dkms would for that kernel.
