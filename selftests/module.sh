@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # module.sh: load, unload, device node and rmmod-while-open checks. KTAP output.
-# Runs inside the test VM as root. Expects the module not to be loaded; leaves
+# Runs as root, in the test VM or (make -C selftests run_tests) on any kernel
+# the module was built for. Unloads the module first if it is loaded; leaves
 # it loaded on success so later tests can use it.
 here=$(dirname "$0")
 # shellcheck source=../scripts/lib.sh
@@ -18,6 +19,10 @@ modinfo_ok() {
 
 vnr_ktap_start
 ktap_set_plan 10
+if vnr_loaded vhost_net_rs; then
+	vnr_detail "vhost_net_rs was loaded: unloading it first"
+	rmmod vhost_net_rs || vnr_detail "rmmod failed (in use?): insmod below will fail"
+fi
 vnr_check "module_file_exists" test -f "$KO"
 vnr_check "modinfo_fields" modinfo_ok
 vnr_check "insmod" insmod "$KO"
