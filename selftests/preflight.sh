@@ -134,6 +134,7 @@ else
 	src=$work/src/vhost-net-rs-$version
 	mkdir -p "$src"
 	git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$src" 2>/dev/null
+	mkdir -p "$work/dkms" "$work/inst"
 	dk=(--dkmstree "$work/dkms" --sourcetree "$work/src" --installtree "$work/inst")
 	ko=$work/dkms/vhost-net-rs/$version/$rel/$(uname -m)/module/vhost-net-rs.ko
 	if ! dkms add "${dk[@]}" -m vhost-net-rs -v "$version" >"$ilog" 2>&1; then
