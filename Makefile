@@ -23,9 +23,11 @@
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make clean
 
-# The build runs inside the kernel's own make (M=); everything below this
-# guard is only for the outer invocation.
-ifneq ($(KERNELRELEASE),)
+# The build runs inside the kernel's own make (M=), which reads Kbuild; should
+# it read this file instead, $(src) is set. Everything below this guard is
+# only for the outer invocation (dkms runs that with KERNELRELEASE= given,
+# so that variable cannot tell the two apart).
+ifneq ($(src),)
 include $(src)/Kbuild
 else
 
