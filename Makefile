@@ -2,8 +2,15 @@
 #
 # vhost-net-rs: out-of-tree Rust kernel module.
 #
-#   make                 build vhost_net_rs.ko against the cached test kernel
-#   make KDIR=/path      build against any Rust-enabled Linux 7.x build tree
+#   make                 build vhost-net-rs.ko against the running kernel's build
+#                        tree if scripts/preflight accepts it, else against the
+#                        cached test kernel
+#   make KDIR=/path      build against any Rust-enabled Linux 7.3+ build tree
+#   make preflight       say whether KDIR can take the module, and why not
+#   make install         install the module (INSTALL_MOD_PATH= for another root),
+#                        run depmod, and install the udev rule, the modprobe
+#                        options and a modules-load.d entry (DESTDIR= prefix)
+#   make uninstall       remove all of that again
 #   make CLIPPY=1        the same, with clippy lints (must stay warning-free)
 #   make setup           install tools and build the test kernel (scripts/setup)
 #   make check           run every selftest in a VM (the test command)
@@ -16,27 +23,55 @@
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make clean
 
-# The build runs inside the kernel's own make (M=); everything below this
-# guard is only for the outer invocation.
-ifneq ($(KERNELRELEASE),)
+# The build runs inside the kernel's own make (M=), which reads Kbuild; should
+# it read this file instead, $(src) is set. Everything below this guard is
+# only for the outer invocation (dkms runs that with KERNELRELEASE= given,
+# so that variable cannot tell the two apart).
+ifneq ($(src),)
 include $(src)/Kbuild
 else
 
 SHELL := /bin/bash
 ROOT  := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 KDIR  ?= $(shell $(ROOT)/scripts/kdir 2>/dev/null)
-KFLAGS := $(shell KDIR=$(KDIR) && source $(ROOT)/scripts/lib.sh && KDIR=$(KDIR) vnr_kmake_flags)
+KFLAGS := $(shell source $(ROOT)/scripts/lib.sh && KDIR=$(KDIR) vnr_module_flags)
+# Where `make install` puts things: INSTALL_MOD_PATH prefixes the module
+# tree (as for the kernel's modules_install), DESTDIR the files under /etc.
+KRELEASE = $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
+MODDIR = $(INSTALL_MOD_PATH)/lib/modules/$(KRELEASE)/extra
+ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
+	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
+	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: all modules clean setup check check-e2e check-debug demo bench bench-nic shell host-test fuzz soak kdir-check
+.PHONY: all modules clean setup check check-e2e check-debug demo bench bench-nic shell host-test fuzz soak \
+	kdir-check preflight install uninstall
 
 all: modules
 
 kdir-check:
 	@test -n "$(KDIR)" || { echo "No kernel tree: run 'make setup' (or scripts/setup) first, or pass KDIR=/path/to/linux-build." >&2; exit 1; }
-	@test -f "$(KDIR)/Module.symvers" || { echo "KDIR=$(KDIR) is not a built kernel tree (no Module.symvers)." >&2; exit 1; }
+	@$(ROOT)/scripts/preflight --quiet $(KDIR) || $(ROOT)/scripts/preflight $(KDIR)
+
+preflight:
+	@$(ROOT)/scripts/preflight $(KDIR)
 
 modules: kdir-check
 	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) modules
+
+# The kernel's modules_install signs the module when the tree has a signing
+# key; depmod records that it needs tun where tun is a module, so
+# `modprobe vhost_net_rs` loads tun first.
+install: modules
+	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) INSTALL_MOD_DIR=extra modules_install
+	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
+	install -D -m 0644 $(ROOT)/etc/99-vhost-net-rs.rules $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules
+	install -D -m 0644 $(ROOT)/etc/vhost-net-rs.conf $(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf
+	install -D -m 0644 $(ROOT)/etc/modules-load.conf $(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
+	@echo "Installed vhost-net-rs $$(cat $(ROOT)/VERSION) for Linux $(KRELEASE). Load it with: modprobe vhost_net_rs"
+
+uninstall: kdir-check
+	rm -f $(MODDIR)/vhost-net-rs.ko $(MODDIR)/vhost-net-rs.ko.* $(ETC_FILES)
+	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 
 clean:
 	@if [ -n "$(KDIR)" ]; then $(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) clean; fi

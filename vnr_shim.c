@@ -6,6 +6,7 @@
 #include <linux/if_tap.h>
 #include <linux/if_tun.h>
 #include <linux/if_vlan.h>
+#include <linux/module.h>
 #include <linux/net.h>
 #include <linux/ptr_ring.h>
 #include <linux/sched.h>
@@ -20,6 +21,9 @@
 #include <net/sock.h>
 #include <net/xdp.h>
 #include "vnr_shim.h"
+
+/* The Rust module! macro has no version field: Kbuild passes VERSION. */
+MODULE_VERSION(VNR_VERSION);
 
 /*
  * uapi.rs writes the vhost ABI out by hand and asserts the same sizes,

@@ -34,6 +34,19 @@ vnr_kmake_flags() {
 	fi
 }
 
+# Kernel make flags for building the module against $KDIR: the project's
+# toolchain (vnr_kmake_flags) for trees scripts/setup built (they carry a
+# .vnr-built marker); for any other tree, the kernel's own compilers, with
+# $RUSTC passed on if set (the kernel's Makefile does not take it from the
+# environment).
+vnr_module_flags() {
+	if [ -n "${KDIR:-}" ] && [ -f "$KDIR/.vnr-built" ]; then
+		vnr_kmake_flags
+	elif [ -n "${RUSTC:-}" ]; then
+		echo "RUSTC=$RUSTC"
+	fi
+}
+
 # The test kernel's build directory. `scripts/setup` records the path of the
 # newest successful build in $VNR_CACHE/kernel/current.
 vnr_kdir() {

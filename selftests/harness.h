@@ -129,6 +129,29 @@ static inline const char *h_dev_path(void)
 	return p ? p : "/dev/vhost-net-rs";
 }
 
+#ifndef VNR_NO_PRECONDITIONS
+/*
+ * kselftest convention: a test that cannot run here skips as a whole
+ * ("1..0 # SKIP", exit KSFT_SKIP = 4) instead of failing every case. The
+ * tests need root (taps, /dev nodes) and the device, so that
+ * `make -C selftests run_tests` on a kernel without the module loaded says
+ * so. bench and soak, tools rather than tests, define VNR_NO_PRECONDITIONS.
+ */
+__attribute__((constructor)) static void h_preconditions(void)
+{
+	const char *why = NULL;
+
+	if (geteuid() != 0)
+		why = "needs root";
+	else if (access(h_dev_path(), F_OK) != 0)
+		why = "no device node (load vhost_net_rs, or set VNR_DEV)";
+	if (why) {
+		printf("TAP version 13\n1..0 # SKIP %s: %s\n", h_dev_path(), why);
+		exit(4);
+	}
+}
+#endif
+
 /* Whether the tests run on the C driver, for the few cases that check what
  * only vhost-net-rs has (fdinfo, its feature set). Asked of the device, not
  * of its path: with drop_in=1, /dev/vhost-net is vhost-net-rs, whose fdinfo

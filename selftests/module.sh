@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # module.sh: load, unload, device node and rmmod-while-open checks. KTAP output.
-# Runs inside the test VM as root. Expects the module not to be loaded; leaves
+# Runs as root, in the test VM or (make -C selftests run_tests) on any kernel
+# the module was built for. Unloads the module first if it is loaded; leaves
 # it loaded on success so later tests can use it.
 here=$(dirname "$0")
 # shellcheck source=../scripts/lib.sh
@@ -17,7 +18,11 @@ modinfo_ok() {
 }
 
 vnr_ktap_start
-ktap_set_plan 9
+ktap_set_plan 10
+if vnr_loaded vhost_net_rs; then
+	vnr_detail "vhost_net_rs was loaded: unloading it first"
+	rmmod vhost_net_rs || vnr_detail "rmmod failed (in use?): insmod below will fail"
+fi
 vnr_check "module_file_exists" test -f "$KO"
 vnr_check "modinfo_fields" modinfo_ok
 vnr_check "insmod" insmod "$KO"
@@ -43,4 +48,23 @@ else
 fi
 vnr_check "reload" insmod "$KO"
 vnr_wait_node "$DEV"
+
+# What `make install` put in a scratch root (selftests/preflight.sh, run by
+# selftests/run on the host before the VM) loads by name with modprobe, as
+# an installed module does, and reports the project's version.
+ROOT_DIR=$here/build/root
+modprobe_from_root() {
+	rmmod vhost_net_rs || return 1
+	modprobe -d "$ROOT_DIR" vhost_net_rs || return 1
+	vnr_loaded vhost_net_rs && vnr_wait_node "$DEV" &&
+		[ "$(cat /sys/module/vhost_net_rs/version 2>/dev/null)" = "$(cat "$here/../VERSION")" ]
+}
+if [ ! -d "$ROOT_DIR/lib/modules/$(uname -r)" ]; then
+	vnr_skip "modprobe_after_make_install" "no install root for $(uname -r) (selftests/run makes it)"
+elif modprobe_from_root; then
+	vnr_pass "modprobe_after_make_install" "version $(cat /sys/module/vhost_net_rs/version)"
+else
+	vnr_fail "modprobe_after_make_install" "$(modprobe -d "$ROOT_DIR" -n -v vhost_net_rs 2>&1 | tr '\n' '|')"
+	vnr_loaded vhost_net_rs || insmod "$KO"
+fi
 vnr_ktap_finish
