@@ -33,18 +33,24 @@ else
 
 SHELL := /bin/bash
 ROOT  := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+# Whether the user named the tree; install, uninstall and preflight act on
+# the running kernel unless they did.
+KDIR_GIVEN := $(filter command line environment,$(origin KDIR))
 KDIR  ?= $(shell $(ROOT)/scripts/kdir 2>/dev/null)
 KFLAGS := $(shell source $(ROOT)/scripts/lib.sh && KDIR=$(KDIR) vnr_module_flags)
+RUNNING_KDIR := /lib/modules/$(shell uname -r)/build
 # Where `make install` puts things: INSTALL_MOD_PATH prefixes the module
-# tree (as for the kernel's modules_install), DESTDIR the files under /etc.
-KRELEASE = $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
+# tree (as for the kernel's modules_install; it defaults to DESTDIR), DESTDIR
+# the files under /etc.
+INSTALL_MOD_PATH ?= $(DESTDIR)
+KRELEASE = $(or $(if $(KDIR_GIVEN),$(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)),$(shell uname -r))
 MODDIR = $(INSTALL_MOD_PATH)/lib/modules/$(KRELEASE)/extra
 ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
 .PHONY: all modules clean setup check check-e2e check-debug demo bench bench-nic shell host-test fuzz soak \
-	kdir-check preflight install uninstall
+	kdir-check preflight install-check install uninstall
 
 all: modules
 
@@ -53,7 +59,17 @@ kdir-check:
 	@$(ROOT)/scripts/preflight --quiet $(KDIR) || $(ROOT)/scripts/preflight $(KDIR)
 
 preflight:
-	@$(ROOT)/scripts/preflight $(KDIR)
+	@$(ROOT)/scripts/preflight $(if $(KDIR_GIVEN),$(KDIR),$(RUNNING_KDIR))
+
+# Without KDIR=, make install is for the running kernel: not for the test
+# kernel `make` falls back to, whose modules would land on this host.
+install-check:
+	@if [ -z "$(KDIR_GIVEN)" ] && [ "$$(readlink -f $(KDIR))" != "$$(readlink -f $(RUNNING_KDIR))" ]; then \
+		echo "make install: the running kernel ($$(uname -r)) cannot take the module:" >&2; \
+		$(ROOT)/scripts/preflight $(RUNNING_KDIR) 2>&1 | tail -n +2 >&2; \
+		echo "To install for another kernel, name its tree: make install KDIR=/path/to/build" >&2; \
+		exit 1; \
+	fi
 
 modules: kdir-check
 	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) modules
@@ -61,7 +77,7 @@ modules: kdir-check
 # The kernel's modules_install signs the module when the tree has a signing
 # key; depmod records that it needs tun where tun is a module, so
 # `modprobe vhost_net_rs` loads tun first.
-install: modules
+install: install-check modules
 	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) INSTALL_MOD_DIR=extra modules_install
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 	install -D -m 0644 $(ROOT)/etc/99-vhost-net-rs.rules $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules
@@ -69,8 +85,9 @@ install: modules
 	install -D -m 0644 $(ROOT)/etc/modules-load.conf $(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 	@echo "Installed vhost-net-rs $$(cat $(ROOT)/VERSION) for Linux $(KRELEASE). Load it with: modprobe vhost_net_rs"
 
-uninstall: kdir-check
-	rm -f $(MODDIR)/vhost-net-rs.ko $(MODDIR)/vhost-net-rs.ko.* $(ETC_FILES)
+# Needs no kernel tree: KDIR= (or the running kernel) only names the release.
+uninstall:
+	rm -f "$(MODDIR)/vhost-net-rs.ko" "$(MODDIR)"/vhost-net-rs.ko.* $(ETC_FILES)
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 
 clean:

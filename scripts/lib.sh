@@ -42,9 +42,11 @@ vnr_kmake_flags() {
 vnr_module_flags() {
 	if [ -n "${KDIR:-}" ] && [ -f "$KDIR/.vnr-built" ]; then
 		vnr_kmake_flags
-	elif [ -n "${RUSTC:-}" ]; then
-		echo "RUSTC=$RUSTC"
+		return
 	fi
+	[ -z "${RUSTC:-}" ] || echo "RUSTC=$RUSTC"
+	# A tree built with clang takes modules built with clang.
+	! grep -q '^CONFIG_CC_IS_CLANG=y' "${KDIR:-/nonexistent}/.config" 2>/dev/null || echo "LLVM=1"
 }
 
 # The test kernel's build directory. `scripts/setup` records the path of the

@@ -80,9 +80,8 @@ vnr_detail() {
 
 # vnr_ktap_start: the header and where the helpers came from. A test that
 # knows its plan up front follows with ktap_set_plan N; otherwise
-# vnr_ktap_finish prints it at the end.
-# vnr_ktap_start: the KTAP header. Without root, the script skips as a whole
-# (kselftest's convention: "1..0 # SKIP", exit 4).
+# vnr_ktap_finish prints it at the end. Without root, the script skips as a
+# whole (kselftest's convention: "1..0 # SKIP", exit 4).
 vnr_ktap_start() {
 	ktap_print_header
 	vnr_detail "ktap helpers: $VNR_KTAP_FROM"

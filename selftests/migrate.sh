@@ -207,6 +207,7 @@ migrate_case() {
 		# the stream arrives, its counters moved).
 		kill -INT "${BG_PIDS[1]}" 2>/dev/null
 		wait "${BG_PIDS[1]}" 2>/dev/null
+		BG_PIDS[1]=
 		compare_ram "$name"
 	fi
 	if [ "$mig" != 0 ] || ! "$PY" "$HELPER" wait-status "$WORK/dst.qmp" running 60 >/dev/null 2>&1; then

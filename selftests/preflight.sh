@@ -38,19 +38,19 @@ fake_tree() {
 refused() {
 	local out
 	if out=$(scripts/preflight "$tree" 2>&1); then notok "$1" "accepted"
-	elif ! grep -qF -- "$2" <<<"$out"; then notok "$1" "message does not name '$2': $out"
+	elif ! grep -qF -- "$2" <<<"$out"; then notok "$1" "message does not name '$2': $(tr '\n' '|' <<<"$out")"
 	else ok "$1"; fi
 }
 
 if scripts/preflight --quiet "$KDIR"; then ok preflight_accepts_the_test_kernel
-else notok preflight_accepts_the_test_kernel "$(scripts/preflight "$KDIR" 2>&1)"; fi
+else notok preflight_accepts_the_test_kernel "$(scripts/preflight "$KDIR" 2>&1 | tr '\n' '|')"; fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tree=$work/tree
 fake_tree "$tree"
 if scripts/preflight --quiet "$tree"; then ok preflight_accepts_a_copy
-else notok preflight_accepts_a_copy "$(scripts/preflight "$tree" 2>&1)"; fi
+else notok preflight_accepts_a_copy "$(scripts/preflight "$tree" 2>&1 | tr '\n' '|')"; fi
 sed -i 's/^CONFIG_RUST=y/# CONFIG_RUST is not set/' "$tree/.config"
 refused preflight_names_missing_config_rust "CONFIG_RUST is not y"
 rm -rf "$tree" && fake_tree "$tree"
@@ -60,7 +60,7 @@ rm -rf "$tree" && fake_tree "$tree"
 rm -f "$tree/rust/libkernel.rmeta"
 refused preflight_names_missing_rust_products "rust/libkernel.rmeta"
 rm -rf "$tree" && fake_tree "$tree"
-sed -i 's/^CONFIG_RUSTC_VERSION_TEXT=.*/CONFIG_RUSTC_VERSION_TEXT="rustc 1.85.1 (4eb161250 2025-03-15)"/' "$tree/.config"
+sed -i 's/^CONFIG_RUSTC_VERSION_TEXT=.*/CONFIG_RUSTC_VERSION_TEXT="rustc 0.0.0-vnr-preflight-test"/' "$tree/.config"
 refused preflight_names_a_rustc_mismatch "same compiler version"
 rm -rf "$tree" && fake_tree "$tree"
 sed -i 's/^CONFIG_TUN=.*/# CONFIG_TUN is not set/' "$tree/.config"
@@ -80,6 +80,7 @@ files=("lib/modules/$rel/extra/vhost-net-rs.ko" etc/udev/rules.d/99-vhost-net-rs
 ilog=$work/install.log
 if ! make -s KDIR="$KDIR" CLIPPY=1 INSTALL_MOD_PATH="$root" DESTDIR="$root" install >"$ilog" 2>&1; then
 	notok make_install "$(tail -n 5 "$ilog" | tr '\n' '|')"
+	notok make_uninstall "not tried: make install failed"
 else
 	missing=
 	for f in "${files[@]}"; do [ -f "$root/$f" ] || missing+=" $f"; done
