@@ -164,7 +164,7 @@ compare_ram() {
 # to a QEMU on driver DST.
 migrate_case() {
 	local src=$1 dst=$2 name="migrate_${1}_to_${2}" t out total downtime setup bytes r tx rx loss
-	local bound sent_bytes sent_md5 got dst_rx i mig dups answered
+	local bound sent_bytes sent_md5 got dst_rx i mig dups answered stopper
 	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' g_start "$src" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
 	SRC_PID=$G_PID SRC_LOG=$G_LOG
 	if ! t=$(g_wait); then
@@ -196,7 +196,11 @@ migrate_case() {
 	sleep 3
 	"$PY" "$HELPER" migrate "$WORK/src.qmp" "unix:$WORK/mig.sock" 600 "$BANDWIDTH" >"$WORK/migrate.out" 2>&1 &
 	mig=$!
-	reader_signal STOP
+	# The STOP goes in the background: the guest's shell can take its full
+	# timeout to answer under TCG, and the flood must end when the
+	# migration does, not when the shell answers.
+	reader_signal STOP &
+	stopper=$!
 	wait "$mig"
 	mig=$?
 	if [ "$mig" = 0 ] && [ -n "$PMEM" ]; then
@@ -210,6 +214,7 @@ migrate_case() {
 		BG_PIDS[1]=
 		compare_ram "$name"
 	fi
+	wait "$stopper"
 	if [ "$mig" != 0 ] || ! "$PY" "$HELPER" wait-status "$WORK/dst.qmp" running 60 >/dev/null 2>&1; then
 		vnr_fail "${name}_completes" "$(cat "$WORK/migrate.out")" "$(tail -n 3 "$DST_LOG.qemu" 2>/dev/null)"
 		stop_all
