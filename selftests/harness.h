@@ -430,6 +430,25 @@ static inline void h_mem_unalias(uint8_t *p, uint64_t len)
 }
 
 /* h_attach on an open device fd without an owner. */
+/* Queue q's ring addresses as VHOST_SET_VRING_ADDR takes them; with log,
+ * VHOST_VRING_F_LOG and the used ring's guest-physical address. */
+static inline struct vhost_vring_addr h_vring_addr(struct h_dev *d, int q, bool log)
+{
+	struct h_vq *v = &d->vq[q];
+	struct vhost_vring_addr a = {
+		.index = q,
+		.desc_user_addr = (uint64_t)(uintptr_t)v->vr.desc,
+		.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail,
+		.used_user_addr = (uint64_t)(uintptr_t)v->vr.used,
+	};
+
+	if (log) {
+		a.flags = 1 << VHOST_VRING_F_LOG;
+		a.log_guest_addr = h_gpa(d, v->vr.used);
+	}
+	return a;
+}
+
 static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 {
 	uint64_t f = d->features;
@@ -445,7 +464,7 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 		struct h_vq *v = &d->vq[q];
 		unsigned int num = o->num ? o->num : 256;
 		struct vhost_vring_state s = { .index = q, .num = num };
-		struct vhost_vring_addr a = { .index = q };
+		struct vhost_vring_addr a;
 		struct vhost_vring_file kf = { .index = q }, cf = { .index = q }, ef = { .index = q };
 		struct vhost_vring_file bf = { .index = q, .fd = d->tap };
 
@@ -457,9 +476,7 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 		kf.fd = v->kick;
 		cf.fd = v->call;
 		ef.fd = v->err;
-		a.desc_user_addr = (uint64_t)(uintptr_t)v->vr.desc;
-		a.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail;
-		a.used_user_addr = (uint64_t)(uintptr_t)v->vr.used;
+		a = h_vring_addr(d, q, false);
 		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_NUM, &s)))
 			return r;
 		s.num = o->base;
@@ -518,14 +535,7 @@ static inline int h_log_start(struct h_dev *d, void *bitmap, int logfd)
 	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
 		return r;
 	for (q = 0; q < 2; q++) {
-		struct h_vq *v = &d->vq[q];
-		struct vhost_vring_addr a = {
-			.index = q, .flags = 1 << VHOST_VRING_F_LOG,
-			.desc_user_addr = (uint64_t)(uintptr_t)v->vr.desc,
-			.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail,
-			.used_user_addr = (uint64_t)(uintptr_t)v->vr.used,
-			.log_guest_addr = h_gpa(d, v->vr.used),
-		};
+		struct vhost_vring_addr a = h_vring_addr(d, q, true);
 
 		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_ADDR, &a)))
 			return r;
