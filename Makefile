@@ -21,6 +21,9 @@
 #   make soak MINUTES=N  bidirectional flood with every payload checked
 #   make check-e2e       make check with the whole end-to-end set (12 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
+#   make check-distro    build for Debian 13's stock kernel as a Debian user
+#                        would, boot that kernel in the VM and run the
+#                        selftests there (scripts/distro-test)
 #   make clean
 
 # The build runs inside the kernel's own make (M=), which reads Kbuild; should
@@ -49,7 +52,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: all modules clean setup check check-e2e check-debug demo bench bench-nic shell host-test fuzz soak \
+.PHONY: all modules clean setup check check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 
 all: modules
@@ -61,10 +64,11 @@ kdir-check:
 preflight:
 	@$(ROOT)/scripts/preflight $(if $(KDIR_GIVEN),$(KDIR),$(RUNNING_KDIR))
 
-# Without KDIR=, make install is for the running kernel: not for the test
-# kernel `make` falls back to, whose modules would land on this host.
+# Without KDIR=, make install is for the running kernel (its own build tree,
+# or the one scripts/distro-kdir made for it): not for the test kernel
+# `make` falls back to, whose modules would land on this host.
 install-check:
-	@if [ -z "$(KDIR_GIVEN)" ] && [ "$$(readlink -f $(KDIR))" != "$$(readlink -f $(RUNNING_KDIR))" ]; then \
+	@if [ -z "$(KDIR_GIVEN)" ] && [ "$$(cat $(KDIR)/include/config/kernel.release 2>/dev/null)" != "$$(uname -r)" ]; then \
 		echo "make install: the running kernel ($$(uname -r)) cannot take the module:" >&2; \
 		$(ROOT)/scripts/preflight $(RUNNING_KDIR) 2>&1 | tail -n +2 >&2; \
 		echo "To install for another kernel, name its tree: make install KDIR=/path/to/build" >&2; \
@@ -75,10 +79,18 @@ modules: kdir-check
 	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) modules
 
 # The kernel's modules_install signs the module when the tree has a signing
-# key; depmod records that it needs tun where tun is a module, so
-# `modprobe vhost_net_rs` loads tun first.
+# key. A distribution's tree has none (its key stays with the distribution):
+# then the module is installed unsigned, which a kernel that does not
+# enforce signatures loads, tainting itself 'E'. depmod records that the
+# module needs tun where tun is a module, so `modprobe vhost_net_rs` loads
+# tun first. INSTALL_MOD_PATH is passed on: the kernel's make does not see
+# this file's variables.
+SIGN_KEY = $(shell k=$$(sed -n 's/^CONFIG_MODULE_SIG_KEY="\(.*\)"$$/\1/p' $(KDIR)/.config 2>/dev/null); \
+	case "$$k" in ""|/*|pkcs11:*) echo "$$k" ;; *) echo "$(KDIR)/$$k" ;; esac)
+NO_SIGN = $(if $(shell grep -q '^CONFIG_MODULE_SIG_ALL=y' $(KDIR)/.config 2>/dev/null && echo y),$(if $(wildcard $(SIGN_KEY)),,CONFIG_MODULE_SIG_ALL=))
 install: install-check modules
-	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) INSTALL_MOD_DIR=extra modules_install
+	$(if $(NO_SIGN),@echo "note: $(KDIR) has no module signing key ($(SIGN_KEY)): installing the module unsigned")
+	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) INSTALL_MOD_PATH=$(INSTALL_MOD_PATH) INSTALL_MOD_DIR=extra $(NO_SIGN) modules_install
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 	install -D -m 0644 $(ROOT)/etc/99-vhost-net-rs.rules $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules
 	install -D -m 0644 $(ROOT)/etc/vhost-net-rs.conf $(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf
@@ -105,6 +117,9 @@ check-e2e:
 
 check-debug:
 	$(ROOT)/selftests/run --debug
+
+check-distro:
+	$(ROOT)/scripts/distro-test $(ARGS)
 
 demo:
 	$(ROOT)/scripts/demo $(ARGS)

@@ -8,6 +8,9 @@
 VNR_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VNR_CACHE=${VNR_CACHE:-/var/cache/vhost-net-rs}
 VNR_VENV=${VNR_VENV:-$VNR_CACHE/venv}
+# The module the VM tests load: this tree's build, or (scripts/distro-test)
+# the one `make install` put into a distribution kernel's module tree.
+VNR_KO=${VNR_KO:-$VNR_ROOT/vhost-net-rs.ko}
 # Pinned so a fresh machine gets the toolchain this tree was tested with.
 VNR_BINDGEN_VERSION=${VNR_BINDGEN_VERSION:-0.72.1}
 VNR_CARGO_FUZZ_VERSION=${VNR_CARGO_FUZZ_VERSION:-0.13.2}
@@ -44,10 +47,34 @@ vnr_module_flags() {
 		vnr_kmake_flags
 		return
 	fi
+	# A distribution kernel's tree made by scripts/distro-kdir records the
+	# compilers that match the distribution's.
+	if [ -n "${KDIR:-}" ] && [ -f "$KDIR/.vnr-distro" ]; then
+		if [ -n "${RUSTC:-}" ]; then grep -v '^RUSTC=' "$KDIR/.vnr-distro"; echo "RUSTC=$RUSTC"
+		else cat "$KDIR/.vnr-distro"; fi
+		return
+	fi
 	[ -z "${RUSTC:-}" ] || echo "RUSTC=$RUSTC"
 	# A tree built with clang takes modules built with clang.
 	! grep -q '^CONFIG_CC_IS_CLANG=y' "${KDIR:-/nonexistent}/.config" 2>/dev/null || echo "LLVM=1"
 }
+
+# vnr_debian_mirror: the Debian mirror URI this machine's apt sources name
+# (never one written into the repo); fails if there is none.
+vnr_debian_mirror() {
+	local uri
+	uri=$(grep -hE '^\s*URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+		| awk '{print $2}' | grep -v -- '-security' | head -n1 || true)
+	if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+		uri=$(awk '$1=="deb" && $0 !~ /security/ {for(i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' \
+			/etc/apt/sources.list)
+	fi
+	[ -n "$uri" ] && echo "$uri"
+}
+
+# vnr_distro_dir RELEASE: where scripts/distro-kdir puts the build tree it
+# makes for distribution kernel RELEASE (the tree is its build/).
+vnr_distro_dir() { echo "$VNR_CACHE/distro/$1"; }
 
 # The test kernel's build directory. `scripts/setup` records the path of the
 # newest successful build in $VNR_CACHE/kernel/current.
@@ -83,7 +110,7 @@ vnr_wait_node() {
 # and must load; on a host it is modprobe'd, and the C paths are skipped
 # without it.
 vnr_load() {
-	vnr_loaded vhost_net_rs || insmod "$VNR_ROOT/vhost-net-rs.ko" || die "insmod vhost-net-rs.ko failed"
+	vnr_loaded vhost_net_rs || insmod "$VNR_KO" || die "insmod $VNR_KO failed"
 	vnr_wait_node /dev/vhost-net-rs || die "no /dev/vhost-net-rs after loading the module"
 	if [ -n "${VNR_IN_VM:-}" ]; then
 		"$VNR_ROOT/selftests/load-c-vhost" || die "loading the C vhost_net failed"

@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../scripts/lib.sh"
 # shellcheck source=ktap.sh
 . "$here/ktap.sh"
-KO=${KO:-$here/../vhost-net-rs.ko}
+KO=${KO:-$VNR_KO}
 NODE=/dev/vhost-net
 
 # log_mark: writes a line of its own to the kernel log and prints it; the

@@ -32,7 +32,7 @@ cd "$(dirname "$0")/.." || exit 1
 . selftests/ktap.sh
 FLOOD=${VNR_E2E_FLOOD:-2000}
 QUEUES=4
-KO=$VNR_ROOT/vhost-net-rs.ko
+KO=$VNR_KO
 VETH=vnrva VETH_PEER=vnrvb MACVTAP=vnrmvt0
 
 cleanup() {

@@ -42,14 +42,14 @@ kill9_check() {
 		# A leaked device, its queues and its scratch buffers are ~100 KiB.
 		if [ $((s1 - s0)) -lt 512 ]; then vnr_pass "kill_9_mid_flood_then_unload" "slab ${s0} -> ${s1} kB"
 		else vnr_fail "kill_9_mid_flood_then_unload" "slab grew ${s0} -> ${s1} kB"; fi
-		insmod vhost-net-rs.ko
+		insmod "$VNR_KO"
 	else
 		vnr_fail "kill_9_mid_flood_then_unload" "rmmod failed after QEMU was killed"
 	fi
 }
 
 vnr_ktap_start
-vnr_loaded vhost_net_rs || insmod vhost-net-rs.ko
+vnr_loaded vhost_net_rs || insmod "$VNR_KO"
 selftests/load-c-vhost >/dev/null 2>&1 || true
 g_tap_up || { vnr_fail tap_setup "could not create $G_TAP"; vnr_ktap_finish; }
 
@@ -92,7 +92,7 @@ fi
 
 # Clean quit: QEMU closes the fd, the module must be unloadable again.
 g_stop
-if rmmod vhost_net_rs && insmod vhost-net-rs.ko; then vnr_pass "unload_after_clean_quit"; else vnr_fail "unload_after_clean_quit" "rmmod failed"; fi
+if rmmod vhost_net_rs && insmod "$VNR_KO"; then vnr_pass "unload_after_clean_quit"; else vnr_fail "unload_after_clean_quit" "rmmod failed"; fi
 
 # --- the C driver, same flood, for the loss comparison --------------------------
 if [ -c /dev/vhost-net ]; then

@@ -294,7 +294,7 @@ if [ "${VNR_E2E:-fast}" != full ]; then
 	ktap_skip_all "needs VNR_E2E=full (make check-e2e)"
 	exit "$KSFT_SKIP"
 fi
-vnr_loaded vhost_net_rs || insmod vhost-net-rs.ko
+vnr_loaded vhost_net_rs || insmod "$VNR_KO"
 selftests/load-c-vhost >/dev/null 2>&1 || true
 [ -x "$PY" ] || { vnr_fail python3 "$PY not found: run scripts/setup"; vnr_ktap_finish; }
 net_up || { vnr_fail net_setup "could not create the bridge and taps"; vnr_ktap_finish; }

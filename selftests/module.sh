@@ -9,7 +9,7 @@ here=$(dirname "$0")
 . "$here/../scripts/lib.sh"
 # shellcheck source=ktap.sh
 . "$here/ktap.sh"
-KO=${KO:-$here/../vhost-net-rs.ko}
+KO=${KO:-$VNR_KO}
 DEV=/dev/vhost-net-rs
 node_ok() { [ -c "$DEV" ] && [ "$(stat -c %a "$DEV")" = 600 ] && [ "$(stat -c %u:%g "$DEV")" = 0:0 ]; }
 modinfo_ok() {
@@ -51,8 +51,10 @@ vnr_wait_node "$DEV"
 
 # What `make install` put in a scratch root (selftests/preflight.sh, run by
 # selftests/run on the host before the VM) loads by name with modprobe, as
-# an installed module does, and reports the project's version.
-ROOT_DIR=$here/build/root
+# an installed module does, and reports the project's version. On a
+# distribution kernel (scripts/distro-test) the install went into this
+# VM's own root: VNR_INSTALL_ROOT=/.
+ROOT_DIR=${VNR_INSTALL_ROOT:-$here/build/root}
 modprobe_from_root() {
 	rmmod vhost_net_rs || return 1
 	modprobe -d "$ROOT_DIR" vhost_net_rs || return 1

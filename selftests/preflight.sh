@@ -78,7 +78,8 @@ rm -rf "$root"
 files=("lib/modules/$rel/extra/vhost-net-rs.ko" etc/udev/rules.d/99-vhost-net-rs.rules
 	etc/modprobe.d/vhost-net-rs.conf etc/modules-load.d/vhost-net-rs.conf)
 ilog=$work/install.log
-if ! make -s KDIR="$KDIR" CLIPPY=1 INSTALL_MOD_PATH="$root" DESTDIR="$root" install >"$ilog" 2>&1; then
+# DESTDIR alone must also move the module tree (INSTALL_MOD_PATH defaults to it).
+if ! make -s KDIR="$KDIR" CLIPPY=1 DESTDIR="$root" install >"$ilog" 2>&1; then
 	notok make_install "$(tail -n 5 "$ilog" | tr '\n' '|')"
 	notok make_uninstall "not tried: make install failed"
 else
@@ -89,7 +90,7 @@ else
 	else ok make_install; fi
 	# A second root for uninstall, so that module.sh keeps the first.
 	cp -a "$root" "$work/root2"
-	if ! make -s KDIR="$KDIR" CLIPPY=1 INSTALL_MOD_PATH="$work/root2" DESTDIR="$work/root2" uninstall >"$ilog" 2>&1; then
+	if ! make -s KDIR="$KDIR" CLIPPY=1 DESTDIR="$work/root2" uninstall >"$ilog" 2>&1; then
 		notok make_uninstall "$(tail -n 5 "$ilog" | tr '\n' '|')"
 	else
 		left=

@@ -1,0 +1,69 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# distro-install.sh: on a distribution's stock kernel (scripts/distro-test
+# boots one in the test VM), installs what `make install` staged for it and
+# loads it the way an operator does: `modprobe vhost_net_rs`. KTAP output.
+#
+# VNR_STAGE names the staged root (make install DESTDIR=...). The files go
+# into this VM's root (a copy-on-write overlay of the host's), depmod
+# indexes them with the kernel's own modules, and modprobe must load tun and
+# tap first (they are modules there). Leaves the module loaded.
+here=$(dirname "$0")
+# shellcheck source=../scripts/lib.sh
+. "$here/../scripts/lib.sh"
+# shellcheck source=ktap.sh
+. "$here/ktap.sh"
+: "${VNR_STAGE:?set VNR_STAGE to the root make install staged}"
+rel=$(uname -r)
+DEV=/dev/vhost-net-rs
+
+vnr_ktap_start
+ktap_set_plan 8
+staged=("$VNR_STAGE/lib/modules/$rel/extra"/vhost-net-rs.ko*)
+if [ -f "${staged[0]}" ]; then
+	vnr_pass "staged_for_running_kernel" "$rel: ${staged[0]#"$VNR_STAGE"}"
+else
+	vnr_fail "staged_for_running_kernel" "nothing staged for $rel: $(find "$VNR_STAGE" -name 'vhost-net-rs.ko*' | tr '\n' ' ')"
+	vnr_ktap_finish
+fi
+install_into_root() {
+	mkdir -p "/lib/modules/$rel/extra" &&
+		cp "${staged[@]}" "/lib/modules/$rel/extra/" &&
+		cp -r "$VNR_STAGE/etc/." /etc/ &&
+		depmod -a "$rel"
+}
+vnr_check "installed_and_indexed" install_into_root
+vnr_check "modinfo_by_name_reports_version" \
+	test "$(modinfo -F version vhost_net_rs 2>/dev/null)" = "$(cat "$here/../VERSION")"
+vermagic=$(modinfo -F vermagic vhost_net_rs 2>/dev/null)
+if [ "${vermagic%% *}" = "$rel" ]; then vnr_pass "vermagic_matches_kernel" "$vermagic"
+else vnr_fail "vermagic_matches_kernel" "vermagic '$vermagic', kernel $rel"; fi
+
+# The dependencies must come from depmod's index, not be loaded already.
+for dep in tun tap; do
+	if vnr_loaded "$dep"; then rmmod "$dep" 2>/dev/null || vnr_detail "$dep was loaded and stays (in use)"; fi
+done
+before=$(dmesg | wc -l)
+if modprobe vhost_net_rs && vnr_wait_node "$DEV"; then
+	vnr_pass "modprobe_loads_module" "$(tr -d '\n' </sys/module/vhost_net_rs/version)"
+else
+	vnr_fail "modprobe_loads_module" "$(dmesg | tail -n +"$((before + 1))" | tail -n 5 | tr '\n' '|')"
+fi
+if vnr_loaded tun && vnr_loaded tap; then vnr_pass "modprobe_loaded_tun_and_tap_first"
+else vnr_fail "modprobe_loaded_tun_and_tap_first" "loaded: $(grep -oE '^(tun|tap) ' /proc/modules | tr '\n' ' ')"; fi
+# No symbol may have failed to resolve against the distribution's kernel.
+if dmesg | tail -n +"$((before + 1))" | grep -E 'vhost_net_rs: (Unknown symbol|disagrees)'; then
+	vnr_fail "symbols_resolved" "see the lines above"
+else
+	vnr_pass "symbols_resolved"
+fi
+# Unsigned (the distribution's signing key stays with it): the kernel loads
+# it, as signatures are not enforced, and marks itself tainted 'E' (8192).
+tainted=$(cat /proc/sys/kernel/tainted)
+sig_enforce=$(cat /sys/module/module/parameters/sig_enforce 2>/dev/null || echo unknown)
+if [ "$sig_enforce" != Y ] && vnr_loaded vhost_net_rs; then
+	vnr_pass "unsigned_module_accepted" "sig_enforce=$sig_enforce, tainted=$tainted (E=8192: $(((tainted & 8192) != 0)))"
+else
+	vnr_fail "unsigned_module_accepted" "sig_enforce=$sig_enforce, tainted=$tainted"
+fi
+vnr_ktap_finish
