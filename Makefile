@@ -5,7 +5,7 @@
 #   make                 build vhost-net-rs.ko against the running kernel's build
 #                        tree if scripts/preflight accepts it, else against the
 #                        cached test kernel
-#   make KDIR=/path      build against any Rust-enabled Linux 7.3+ build tree
+#   make KDIR=/path      build against any Rust-enabled Linux 7.2+ build tree
 #   make preflight       say whether KDIR can take the module, and why not
 #   make install         install the module (INSTALL_MOD_PATH= for another root),
 #                        run depmod, and install the udev rule, the modprobe

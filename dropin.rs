@@ -1,17 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The drop-in node: `/dev/vhost-net` on the misc minor the C driver uses
-//! (`VHOST_NET_MINOR`, 238), served by vhost-net-rs.
+//! Misc device nodes registered by hand: the drop-in `/dev/vhost-net`, and
+//! on Linux 7.2 every node.
 //!
 //! QEMU (`-netdev tap,vhost=on` without `vhostfd`) and libvirt open
 //! `/dev/vhost-net` themselves. The kernel crate's
 //! [`MiscDeviceRegistration`] always asks for a dynamic minor, so this file
-//! registers a second `struct miscdevice` with the fixed minor and the same
-//! file operations. Only one driver can hold a minor: while the C
-//! `vhost_net` is loaded, registration fails with `EBUSY`.
+//! registers a `struct miscdevice` with the minor the C driver uses
+//! (`VHOST_NET_MINOR`, 238) and the crate's file operations for the device.
+//! Only one driver can hold a minor: while the C `vhost_net` is loaded,
+//! registration fails with `EBUSY`.
+//!
+//! On 7.2 the crate's file operations name no owning module, so an open
+//! file would not pin the module and `rmmod` could unload it under the file.
+//! There the node carries its own copy of the operations with the owner set
+//! (`compat::misc_fops`), and the main node is registered here too.
 //!
 //! [`MiscDeviceRegistration`]: kernel::miscdevice::MiscDeviceRegistration
 
+use crate::compat;
 use core::marker::PhantomData;
 use kernel::{
     bindings,
@@ -22,47 +29,64 @@ use kernel::{
 };
 
 /// The misc minor of `/dev/vhost-net`, from `<linux/miscdevice.h>`.
-const VHOST_NET_MINOR: u32 = bindings::VHOST_NET_MINOR;
+pub(crate) const VHOST_NET_MINOR: u32 = bindings::VHOST_NET_MINOR;
 
-/// `/dev/vhost-net`, registered with the misc core for device `T`.
+/// What the misc core keeps a pointer to: the device and, beside it, the
+/// file operations it names.
+#[repr(C)]
+struct RawNode {
+    /// First, so that a pointer to it is a pointer to the node: the
+    /// crate's `open` casts it to `MiscDeviceRegistration<T>`.
+    misc: bindings::miscdevice,
+    /// The operations `misc.fops` points to when `compat::misc_fops` had to
+    /// copy them; unused otherwise.
+    fops: bindings::file_operations,
+}
+
+/// A misc device node for device `T`, registered with the misc core.
 ///
 /// # Invariants
 ///
-/// `inner` is a `struct miscdevice` registered with the misc core, whose
-/// file operations are the kernel crate's vtable for `T`, from successful
-/// initialisation until drop.
+/// `inner.misc` is a `struct miscdevice` registered with the misc core from
+/// successful initialisation until drop. Its file operations are the kernel
+/// crate's vtable for `T`, or a copy of it in `inner.fops` whose owner is
+/// this module.
 ///
-/// This type has the layout of `MiscDeviceRegistration<T>`
+/// A pointer to `inner.misc` is a valid `MiscDeviceRegistration<T>`
 /// (`#[repr(transparent)]` over `Opaque<bindings::miscdevice>`): that
-/// vtable's `open` casts the `struct miscdevice` it is opened through to a
-/// `MiscDeviceRegistration<T>`.
-#[repr(transparent)]
+/// vtable's `open` casts the `struct miscdevice` it is opened through to
+/// one.
 #[pin_data(PinnedDrop)]
-pub(crate) struct DropInNode<T> {
+pub(crate) struct MiscNode<T> {
     #[pin]
-    inner: Opaque<bindings::miscdevice>,
+    inner: Opaque<RawNode>,
     _t: PhantomData<T>,
 }
 
 // SAFETY: `misc_deregister` may be called from any thread.
-unsafe impl<T> Send for DropInNode<T> {}
+unsafe impl<T> Send for MiscNode<T> {}
 // SAFETY: No method takes `&self`.
-unsafe impl<T> Sync for DropInNode<T> {}
+unsafe impl<T> Sync for MiscNode<T> {}
 
-impl<T: MiscDevice> DropInNode<T> {
-    /// Registers `/dev/vhost-net` for `T`. `EBUSY` if another driver (the
-    /// C `vhost_net`) holds the minor.
-    pub(crate) fn register() -> impl PinInit<Self, Error> {
+impl<T: MiscDevice> MiscNode<T> {
+    /// Registers `/dev/NAME` for `T` on misc minor `minor`
+    /// (`MISC_DYNAMIC_MINOR` for any). `EBUSY` if another driver holds the
+    /// minor.
+    pub(crate) fn register(name: &'static CStr, minor: u32) -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
-            inner <- Opaque::try_ffi_init(move |slot: *mut bindings::miscdevice| {
-                let mut raw = MiscDeviceOptions { name: c"vhost-net" }.into_raw::<T>();
-                raw.minor = VHOST_NET_MINOR as i32;
-                // SAFETY: The initializer may write to `slot`.
-                unsafe { slot.write(raw) };
-                // SAFETY: `slot` holds a valid `struct miscdevice` and is
-                // pinned; `PinnedDrop` deregisters it before it is freed.
+            inner <- Opaque::try_ffi_init(move |slot: *mut RawNode| {
+                let mut misc = MiscDeviceOptions { name }.into_raw::<T>();
+                misc.minor = minor as i32;
+                // SAFETY: The initializer may write to `slot`; `fops` is a
+                // field of it, valid for writes.
+                misc.fops = unsafe { compat::misc_fops(misc.fops, &raw mut (*slot).fops) };
+                // SAFETY: As above, for `misc`.
+                unsafe { (&raw mut (*slot).misc).write(misc) };
+                // SAFETY: `slot` holds a valid `struct miscdevice` whose
+                // operations live as long as it does, and is pinned;
+                // `PinnedDrop` deregisters it before it is freed.
                 // INVARIANT: on success it is registered.
-                to_result(unsafe { bindings::misc_register(slot) })
+                to_result(unsafe { bindings::misc_register(&raw mut (*slot).misc) })
             }),
             _t: PhantomData,
         })
@@ -70,9 +94,9 @@ impl<T: MiscDevice> DropInNode<T> {
 }
 
 #[pinned_drop]
-impl<T> PinnedDrop for DropInNode<T> {
+impl<T> PinnedDrop for MiscNode<T> {
     fn drop(self: Pin<&mut Self>) {
         // SAFETY: Registered, by the type invariants.
-        unsafe { bindings::misc_deregister(self.inner.get()) };
+        unsafe { bindings::misc_deregister(&raw mut (*self.inner.get()).misc) };
     }
 }

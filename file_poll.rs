@@ -17,11 +17,7 @@ use kernel::{
     ffi::{c_int, c_uint},
     fs::File,
     prelude::*,
-    sync::{
-        aref::ARef,
-        barrier::{smp_mb, Full},
-        Arc,
-    },
+    sync::{aref::ARef, Arc},
     types::Opaque,
 };
 
@@ -206,7 +202,7 @@ impl FilePoll {
     pub(crate) fn set_armed(&self, on: bool) {
         self.armed.store(on, Ordering::Relaxed);
         if on {
-            smp_mb(Full);
+            crate::compat::smp_mb();
         }
     }
 }

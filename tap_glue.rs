@@ -9,6 +9,7 @@
 //! packet ([`TapSocket::send`]), and one `recvmsg` per RX packet, taken off
 //! tun's queue in batches ([`RxBatch`]).
 
+use crate::compat::code::{enobufs, enotsock};
 use crate::file_poll::PollableFile;
 use crate::shim::{self, PtrRing, XdpBuff};
 use crate::uapi::VirtioNetHdr;
@@ -42,8 +43,8 @@ const _: () = assert!(core::mem::offset_of!(UserIov, len) == core::mem::offset_o
 /// The file behind a backend fd. Like the C driver, a closed fd (as any fd
 /// that is not a usable backend) is `-ENOTSOCK`.
 pub(crate) fn backend_file(fd: i32) -> Result<ARef<File>> {
-    let fd = u32::try_from(fd).map_err(|_| ENOTSOCK)?;
-    let file = kernel::fs::LocalFile::fget(fd).map_err(|_| ENOTSOCK)?;
+    let fd = u32::try_from(fd).map_err(|_| enotsock())?;
+    let file = kernel::fs::LocalFile::fget(fd).map_err(|_| enotsock())?;
     // SAFETY: Called from an ioctl, which does not hold an `fdget_pos` on
     // this thread.
     Ok(unsafe { kernel::fs::LocalFile::assume_no_fdget_pos(file) })
@@ -62,7 +63,7 @@ pub(crate) enum SendError {
 impl SendError {
     fn from_errno(errno: c_int) -> Self {
         let err = Error::from_errno(errno);
-        if err == EAGAIN || err == ENOBUFS || err == ENOMEM {
+        if err == EAGAIN || err == enobufs() || err == ENOMEM {
             SendError::Busy
         } else {
             SendError::Dropped
@@ -97,9 +98,9 @@ impl TapSocket {
         // `tap_get_socket` only check its `f_op` and return ERR_PTR for
         // anything else.
         let raw = unsafe { shim::vnr_backend_socket(file.as_ptr()) };
-        let raw = kernel::error::from_err_ptr(raw).map_err(|_| ENOTSOCK)?;
+        let raw = kernel::error::from_err_ptr(raw).map_err(|_| enotsock())?;
         // INVARIANT: the socket of `file`.
-        Ok(Self { file, sock: NonNull::new(raw).ok_or(ENOTSOCK)? })
+        Ok(Self { file, sock: NonNull::new(raw).ok_or_else(enotsock)? })
     }
 
     pub(crate) fn file(&self) -> &ARef<File> {
@@ -239,7 +240,7 @@ impl RxBatch {
         // SAFETY: The file is live (held by `sock`); the shim returns its
         // tun or macvtap ring, or null for anything else.
         let raw = unsafe { shim::vnr_backend_rx_ring(sock.file.as_ptr()) };
-        let ring = NonNull::new(raw).ok_or(ENOTSOCK)?;
+        let ring = NonNull::new(raw).ok_or_else(enotsock)?;
         // INVARIANT: the ring of `sock`'s file; nothing taken yet.
         Ok(Self { sock, ring, queue: [core::ptr::null_mut(); RX_BATCH], head: 0, tail: 0 })
     }

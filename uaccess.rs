@@ -7,6 +7,7 @@
 //! copies use the kernel's `UserSlice`; ring indices and flags go through the
 //! C shim's `get_user`/`put_user`, which are single 16-bit accesses.
 
+use crate::compat;
 use crate::dirtylog::{LogBitmap, LogError};
 use crate::shim;
 use crate::vring::{GuestMemory, VringError};
@@ -15,7 +16,6 @@ use kernel::{
     bindings,
     page::PAGE_SIZE,
     prelude::*,
-    sync::barrier::{smp_mb, Full, Read, Write},
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -81,15 +81,15 @@ impl GuestMemory for OwnerMem {
     }
 
     fn mb(&self) {
-        smp_mb(Full);
+        compat::smp_mb();
     }
 
     fn rmb(&self) {
-        smp_mb(Read);
+        compat::smp_rmb();
     }
 
     fn wmb(&self) {
-        smp_mb(Write);
+        compat::smp_wmb();
     }
 }
 

@@ -39,7 +39,7 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
     fs::File,
-    miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
+    miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::Mm,
     new_mutex,
     prelude::*,
@@ -49,6 +49,7 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
+mod compat;
 mod dropin;
 mod dirtylog;
 mod eventfd;
@@ -63,8 +64,9 @@ mod virtqueue;
 mod vring;
 mod worker;
 
+use compat::code::{enobufs, eopnotsupp};
 use dirtylog::DirtyLog;
-use dropin::DropInNode;
+use dropin::{MiscNode, VHOST_NET_MINOR};
 use eventfd::EventFd;
 use memory::{MemError, Region};
 use net::{RxQueue, TxQueue};
@@ -111,21 +113,21 @@ const TX_INDEX: u32 = 1;
 
 /// `max_mem_regions`, clamped to `1..=509`.
 fn max_regions() -> usize {
-    let wanted = module_parameters::max_mem_regions.value();
+    let wanted: u32 = compat::param(module_parameters::max_mem_regions.value());
     wanted.clamp(1, MEM_REGIONS_HARD_MAX) as usize
 }
 
 #[pin_data]
 struct VhostNetModule {
     #[pin]
-    _miscdev: MiscDeviceRegistration<VhostNet>,
+    _miscdev: compat::MiscRegistration<VhostNet>,
     /// `/dev/vhost-net`, with `drop_in=1`.
-    _dropin: Option<Pin<KBox<DropInNode<VhostNet>>>>,
+    _dropin: Option<Pin<KBox<MiscNode<VhostNet>>>>,
 }
 
 /// `/dev/vhost-net` if `drop_in=1` asks for it. Fails the module load,
 /// saying why, if the node cannot be had.
-fn dropin_node() -> Result<Option<Pin<KBox<DropInNode<VhostNet>>>>> {
+fn dropin_node() -> Result<Option<Pin<KBox<MiscNode<VhostNet>>>>> {
     match module_parameters::drop_in.value() {
         0 => return Ok(None),
         1 => {}
@@ -134,7 +136,7 @@ fn dropin_node() -> Result<Option<Pin<KBox<DropInNode<VhostNet>>>>> {
             return Err(EINVAL);
         }
     }
-    match KBox::pin_init(DropInNode::register(), GFP_KERNEL) {
+    match KBox::pin_init(MiscNode::register(c"vhost-net", VHOST_NET_MINOR), GFP_KERNEL) {
         Ok(node) => {
             pr_info!("serving /dev/vhost-net (misc minor 238) as well as /dev/vhost-net-rs\n");
             Ok(Some(node))
@@ -155,14 +157,12 @@ fn dropin_node() -> Result<Option<Pin<KBox<DropInNode<VhostNet>>>>> {
 
 impl kernel::InPlaceModule for VhostNetModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        let wanted = module_parameters::max_mem_regions.value();
+        let wanted: u32 = compat::param(module_parameters::max_mem_regions.value());
         if wanted == 0 || wanted > MEM_REGIONS_HARD_MAX {
             pr_warn!("max_mem_regions={} out of range, using {}\n", wanted, max_regions());
         }
         try_pin_init!(Self {
-            _miscdev <- MiscDeviceRegistration::register(MiscDeviceOptions {
-                name: c"vhost-net-rs",
-            }),
+            _miscdev <- compat::register_misc(c"vhost-net-rs"),
             _dropin: dropin_node()?,
         })
     }
@@ -421,7 +421,7 @@ impl VhostNet {
     /// the memory table (`-EFAULT`).
     fn set_features(&self, features: u64) -> Result<isize> {
         if features & !NET_FEATURES != 0 {
-            return Err(EOPNOTSUPP);
+            return Err(eopnotsupp());
         }
         let mut st = self.state.lock();
         if features & bit(feature::VHOST_F_LOG_ALL) != 0 && !(self.rx.lock().can_log_all() && self.tx.lock().can_log_all()) {
@@ -454,19 +454,19 @@ impl VhostNet {
             let word: u64 = reader.read()?;
             match usize::try_from(index).ok().and_then(|i| words.get_mut(i)) {
                 Some(slot) => *slot = word,
-                None if word != 0 => return Err(EOPNOTSUPP),
+                None if word != 0 => return Err(eopnotsupp()),
                 None => {}
             }
         }
         if words[1..].iter().any(|&word| word != 0) {
-            return Err(EOPNOTSUPP);
+            return Err(eopnotsupp());
         }
         self.set_features(words[0])
     }
 
     fn set_backend_features(&self, features: u64) -> Result<isize> {
         if features & !NET_BACKEND_FEATURES != 0 {
-            return Err(EOPNOTSUPP);
+            return Err(eopnotsupp());
         }
         self.state.lock().backend_features = features;
         Ok(0)
@@ -506,7 +506,7 @@ impl VhostNet {
     fn set_mem_table(&self, st: &mut DevState, arg: usize) -> Result<isize> {
         let header: MemoryHeader = read_arg(arg)?;
         if header.padding != 0 {
-            return Err(EOPNOTSUPP);
+            return Err(eopnotsupp());
         }
         let nregions = header.nregions as usize;
         if nregions > max_regions() {
@@ -543,7 +543,7 @@ impl VhostNet {
         match read_arg::<u32>(arg)? {
             RX_INDEX => queue_ioctl(&self.rx, RX_INDEX, cmd, arg, RxQueue::new),
             TX_INDEX => queue_ioctl(&self.tx, TX_INDEX, cmd, arg, TxQueue::new),
-            _ => Err(ENOBUFS),
+            _ => Err(enobufs()),
         }
     }
 
@@ -569,7 +569,7 @@ impl VhostNet {
         self.state.lock().check_owner()?;
         match read_arg::<u32>(arg)? {
             RX_INDEX | TX_INDEX => Err(ENOTTY),
-            _ => Err(ENOBUFS),
+            _ => Err(enobufs()),
         }
     }
 

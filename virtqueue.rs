@@ -26,6 +26,7 @@
 //! The worker takes only its queue's lock. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
+use crate::compat::code::eopnotsupp;
 use crate::dirtylog::{DirtyLog, LogError, WriteLog};
 use crate::eventfd::EventFd;
 use crate::file_poll::{FilePoll, PollableFile, POLLIN};
@@ -379,7 +380,7 @@ impl<B: Backend> VqState<B> {
     /// A running ring moves to the new addresses where it stands.
     pub(crate) fn set_addr(&mut self, addr: &VringAddr) -> Result {
         if addr.flags & !VHOST_VRING_F_LOG_MASK != 0 {
-            return Err(EOPNOTSUPP);
+            return Err(eopnotsupp());
         }
         if addr.avail_user_addr % AVAIL_ALIGN != 0
             || addr.used_user_addr % USED_ALIGN != 0

@@ -13,6 +13,7 @@
 #include <linux/sched/signal.h>
 #include <linux/skbuff.h>
 #include <linux/uaccess.h>
+#include <linux/version.h>
 #include <linux/vhost.h>
 #include <linux/virtio_config.h>
 #include <linux/virtio_features.h>
@@ -21,6 +22,15 @@
 #include <net/sock.h>
 #include <net/xdp.h>
 #include "vnr_shim.h"
+
+/*
+ * What differs in C between the releases the module builds against (the
+ * Rust side is compat.rs): 7.2's tun has no IFF_BACKPRESSURE, so no stopped
+ * queue waits for its consumer to wake it.
+ */
+#if LINUX_VERSION_CODE < KERNEL_VERSION(7, 3, 0)
+static inline void tun_wake_queue(struct file *file, int consumed) { }
+#endif
 
 /* The Rust module! macro has no version field: Kbuild passes VERSION. */
 MODULE_VERSION(VNR_VERSION);

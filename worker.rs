@@ -325,7 +325,7 @@ impl<T: Work> Drop for Worker<T> {
     fn drop(&mut self) {
         self.work.waker().task.store(core::ptr::null_mut(), Ordering::SeqCst);
         // Every wake that saw the pointer has returned after this.
-        kernel::sync::rcu::synchronize_rcu();
+        crate::compat::synchronize_rcu();
         match &self.thread {
             // SAFETY: Started in `start`, stopped only here. This waits for
             // the task to leave `worker_fn`, after which `work` is no longer

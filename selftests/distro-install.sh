@@ -1,13 +1,17 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# distro-install.sh: on a distribution's stock kernel (scripts/distro-test
-# boots one in the test VM), installs what `make install` staged for it and
-# loads it the way an operator does: `modprobe vhost_net_rs`. KTAP output.
+# distro-install.sh: on a distribution's stock kernel or the distribution-
+# like test kernel (scripts/distro-test boots one in the test VM), installs
+# what `make install` staged for it and loads it the way an operator does:
+# `modprobe vhost_net_rs`. KTAP output.
 #
-# VNR_STAGE names the staged root (make install DESTDIR=...). The files go
-# into this VM's root (a copy-on-write overlay of the host's), depmod
-# indexes them with the kernel's own modules, and modprobe must load tun and
-# tap first (they are modules there). Leaves the module loaded.
+# VNR_STAGE names the staged root (make install DESTDIR=...; for the
+# distribution-like kernel it also holds that kernel's own modules). The
+# files go into this VM's root (a copy-on-write overlay of the host's),
+# depmod indexes them with the kernel's modules, and modprobe must load tun
+# (and tap, where it is a module) first. A signed module must load with
+# signatures enforced; an unsigned one where they are not. Leaves the
+# module loaded.
 here=$(dirname "$0")
 # shellcheck source=../scripts/lib.sh
 . "$here/../scripts/lib.sh"
@@ -27,8 +31,8 @@ else
 	vnr_ktap_finish
 fi
 install_into_root() {
-	mkdir -p "/lib/modules/$rel/extra" &&
-		cp "${staged[@]}" "/lib/modules/$rel/extra/" &&
+	mkdir -p "/lib/modules/$rel" &&
+		cp -r "$VNR_STAGE/lib/modules/$rel/." "/lib/modules/$rel/" &&
 		cp -r "$VNR_STAGE/etc/." /etc/ &&
 		depmod -a "$rel"
 }
@@ -40,7 +44,8 @@ if [ "${vermagic%% *}" = "$rel" ]; then vnr_pass "vermagic_matches_kernel" "$ver
 else vnr_fail "vermagic_matches_kernel" "vermagic '$vermagic', kernel $rel"; fi
 
 # The dependencies must come from depmod's index, not be loaded already.
-for dep in tun tap; do
+deps=$(modinfo -F depends vhost_net_rs 2>/dev/null | tr ',' ' ')
+for dep in $deps; do
 	if vnr_loaded "$dep"; then rmmod "$dep" 2>/dev/null || vnr_detail "$dep was loaded and stays (in use)"; fi
 done
 before=$(dmesg | wc -l)
@@ -49,19 +54,31 @@ if modprobe vhost_net_rs && vnr_wait_node "$DEV"; then
 else
 	vnr_fail "modprobe_loads_module" "$(dmesg | tail -n +"$((before + 1))" | tail -n 5 | tr '\n' '|')"
 fi
-if vnr_loaded tun && vnr_loaded tap; then vnr_pass "modprobe_loaded_tun_and_tap_first"
-else vnr_fail "modprobe_loaded_tun_and_tap_first" "loaded: $(grep -oE '^(tun|tap) ' /proc/modules | tr '\n' ' ')"; fi
+missing=
+for dep in $deps; do vnr_loaded "$dep" || missing+=" $dep"; done
+if [[ " $deps " != *" tun "* ]]; then vnr_fail "modprobe_loaded_its_dependencies_first" "tun is not a dependency ('$deps'): is it built in?"
+elif [ -n "$missing" ]; then vnr_fail "modprobe_loaded_its_dependencies_first" "not loaded:$missing"
+else vnr_pass "modprobe_loaded_its_dependencies_first" "$deps"; fi
 # No symbol may have failed to resolve against the distribution's kernel.
 if dmesg | tail -n +"$((before + 1))" | grep -E 'vhost_net_rs: (Unknown symbol|disagrees)'; then
 	vnr_fail "symbols_resolved" "see the lines above"
 else
 	vnr_pass "symbols_resolved"
 fi
-# Unsigned (the distribution's signing key stays with it): the kernel loads
-# it, as signatures are not enforced, and marks itself tainted 'E' (8192).
+# Signed by make install with the kernel's key (the distribution-like
+# kernel): it loads with signatures enforced and taints nothing for it.
+# Unsigned (a distribution's key stays with it): the kernel loads it as
+# signatures are not enforced, and marks itself tainted 'E' (8192).
 tainted=$(cat /proc/sys/kernel/tainted)
 sig_enforce=$(cat /sys/module/module/parameters/sig_enforce 2>/dev/null || echo unknown)
-if [ "$sig_enforce" != Y ] && vnr_loaded vhost_net_rs; then
+signer=$(modinfo -F signer vhost_net_rs 2>/dev/null)
+if [ -n "$signer" ]; then
+	if vnr_loaded vhost_net_rs && [ "$sig_enforce" = Y ] && [ $((tainted & 8192)) = 0 ]; then
+		vnr_pass "signed_module_verified" "signer '$signer', sig_enforce=Y, tainted=$tainted"
+	else
+		vnr_fail "signed_module_verified" "signer '$signer', sig_enforce=$sig_enforce, tainted=$tainted"
+	fi
+elif [ "$sig_enforce" != Y ] && vnr_loaded vhost_net_rs; then
 	vnr_pass "unsigned_module_accepted" "sig_enforce=$sig_enforce, tainted=$tainted (E=8192: $(((tainted & 8192) != 0)))"
 else
 	vnr_fail "unsigned_module_accepted" "sig_enforce=$sig_enforce, tainted=$tainted"

@@ -7,7 +7,7 @@
 #
 # KDIR is a tree the module builds against (the test kernel). The cases:
 #   - scripts/preflight accepts KDIR, and refuses copies of it that lack
-#     one thing each (CONFIG_RUST, Linux 7.3, the rust/ build products, the
+#     one thing each (CONFIG_RUST, Linux 7.2, the rust/ build products, the
 #     tree's rustc version, CONFIG_TUN), naming that thing;
 #   - the built module's modinfo version, VERSION and dkms.conf agree;
 #   - `make install` into a scratch root puts the module, the udev rule,
@@ -54,8 +54,8 @@ else notok preflight_accepts_a_copy "$(scripts/preflight "$tree" 2>&1 | tr '\n' 
 sed -i 's/^CONFIG_RUST=y/# CONFIG_RUST is not set/' "$tree/.config"
 refused preflight_names_missing_config_rust "CONFIG_RUST is not y"
 rm -rf "$tree" && fake_tree "$tree"
-echo 7.2.12 >"$tree/include/config/kernel.release"
-refused preflight_names_a_kernel_too_old "needs 7.3 or newer"
+echo 7.1.9 >"$tree/include/config/kernel.release"
+refused preflight_names_a_kernel_too_old "needs 7.2 or newer"
 rm -rf "$tree" && fake_tree "$tree"
 rm -f "$tree/rust/libkernel.rmeta"
 refused preflight_names_missing_rust_products "rust/libkernel.rmeta"
