@@ -85,9 +85,10 @@ modules: kdir-check
 # module needs tun where tun is a module, so `modprobe vhost_net_rs` loads
 # tun first. INSTALL_MOD_PATH is passed on: the kernel's make does not see
 # this file's variables.
-SIGN_KEY = $(shell k=$$(sed -n 's/^CONFIG_MODULE_SIG_KEY="\(.*\)"$$/\1/p' $(KDIR)/.config 2>/dev/null); \
-	case "$$k" in ""|/*|pkcs11:*) echo "$$k" ;; *) echo "$(KDIR)/$$k" ;; esac)
-NO_SIGN = $(if $(shell grep -q '^CONFIG_MODULE_SIG_ALL=y' $(KDIR)/.config 2>/dev/null && echo y),$(if $(wildcard $(SIGN_KEY)),,CONFIG_MODULE_SIG_ALL=))
+# A relative key is under the tree; a PKCS#11 URI counts as present.
+SIG_KEY_CONFIG = $(patsubst "%",%,$(shell sed -n 's/^CONFIG_MODULE_SIG_KEY=//p' $(KDIR)/.config 2>/dev/null))
+SIGN_KEY = $(if $(filter /% pkcs11:%,$(SIG_KEY_CONFIG)),$(SIG_KEY_CONFIG),$(KDIR)/$(SIG_KEY_CONFIG))
+NO_SIGN = $(if $(shell grep -q '^CONFIG_MODULE_SIG_ALL=y' $(KDIR)/.config 2>/dev/null && echo y),$(if $(filter pkcs11:%,$(SIGN_KEY))$(wildcard $(SIGN_KEY)),,CONFIG_MODULE_SIG_ALL=))
 install: install-check modules
 	$(if $(NO_SIGN),@echo "note: $(KDIR) has no module signing key ($(SIGN_KEY)): installing the module unsigned")
 	$(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) INSTALL_MOD_PATH=$(INSTALL_MOD_PATH) INSTALL_MOD_DIR=extra $(NO_SIGN) modules_install

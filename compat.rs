@@ -75,8 +75,9 @@ pub(crate) mod code {
 pub(crate) fn synchronize_rcu() {
     #[cfg(not(vnr_kernel_7_2))]
     kernel::sync::rcu::synchronize_rcu();
-    // SAFETY: `synchronize_rcu` may be called from any process context
-    // outside an RCU read-side critical section, as here (worker teardown).
+    // SAFETY: `synchronize_rcu` has no memory-safety precondition; it may
+    // sleep, which every caller of this function (process context, outside
+    // an RCU read-side critical section) allows.
     #[cfg(vnr_kernel_7_2)]
     unsafe {
         kernel::bindings::synchronize_rcu()

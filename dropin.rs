@@ -35,8 +35,9 @@ pub(crate) const VHOST_NET_MINOR: u32 = bindings::VHOST_NET_MINOR;
 /// file operations it names.
 #[repr(C)]
 struct RawNode {
-    /// First, so that a pointer to it is a pointer to the node: the
-    /// crate's `open` casts it to `MiscDeviceRegistration<T>`.
+    /// The device. The misc core passes a pointer to it to `open` as the
+    /// file's private data, which the crate's `open` casts to
+    /// `MiscDeviceRegistration<T>`.
     misc: bindings::miscdevice,
     /// The operations `misc.fops` points to when `compat::misc_fops` had to
     /// copy them; unused otherwise.
@@ -51,6 +52,12 @@ struct RawNode {
 /// successful initialisation until drop. Its file operations are the kernel
 /// crate's vtable for `T`, or a copy of it in `inner.fops` whose owner is
 /// this module.
+///
+/// A `MiscNode` is dropped only at module exit (it lives in the module's
+/// state): a file opened through it may keep using its file operations
+/// after `misc_deregister`, until the file's last close, and an open file
+/// holds a reference to the owning module, so module exit, and with it the
+/// copy in `inner.fops`, waits for that close.
 ///
 /// A pointer to `inner.misc` is a valid `MiscDeviceRegistration<T>`
 /// (`#[repr(transparent)]` over `Opaque<bindings::miscdevice>`): that
@@ -77,8 +84,11 @@ impl<T: MiscDevice> MiscNode<T> {
             inner <- Opaque::try_ffi_init(move |slot: *mut RawNode| {
                 let mut misc = MiscDeviceOptions { name }.into_raw::<T>();
                 misc.minor = minor as i32;
-                // SAFETY: The initializer may write to `slot`; `fops` is a
-                // field of it, valid for writes.
+                // SAFETY: `misc.fops` is the crate's static vtable. The
+                // initializer may write to `slot`, so its `fops` field is
+                // valid for writes, and it outlives every open file by the
+                // type invariants (dropped only at module exit, which open
+                // files hold off through the owner the copy names).
                 misc.fops = unsafe { compat::misc_fops(misc.fops, &raw mut (*slot).fops) };
                 // SAFETY: As above, for `misc`.
                 unsafe { (&raw mut (*slot).misc).write(misc) };

@@ -16,15 +16,18 @@
 //! input; `uaccess.rs` (owner memory), `eventfd.rs`, `file_poll.rs`
 //! (polling another file's wait queue) and `worker.rs` (vhost_task
 //! workers); `virtqueue.rs` (a queue and its rules); `tap_glue.rs` (the tap
-//! socket); `net.rs` (RX and TX); `dropin.rs` (the `/dev/vhost-net` node);
-//! this file (the device and its ioctls).
+//! socket); `net.rs` (RX and TX); `dropin.rs` (misc nodes registered by
+//! hand: `/dev/vhost-net`, and every node on 7.2); `compat.rs` (what differs
+//! between the Linux 7.2 and 7.3 kernel crates); this file (the device and
+//! its ioctls).
 //! `shim.rs` holds the one `extern "C"` block, for what bindgen does not
 //! reach; `vnr_shim.c` is its C side.
 //!
 //! `unsafe` lives in the FFI wrappers only: `shim.rs`, `uaccess.rs`,
-//! `eventfd.rs`, `file_poll.rs`, `worker.rs`, `tap_glue.rs` and
-//! `dropin.rs`, plus the `unsafe impl FromBytes/AsBytes` of the ABI structs
-//! in `uapi.rs`. The parsers, the queue rules, the data path and this file
+//! `eventfd.rs`, `file_poll.rs`, `worker.rs`, `tap_glue.rs`, `dropin.rs`
+//! and `compat.rs` (the 7.2 side of `synchronize_rcu` and of the misc
+//! file operations), plus the `unsafe impl FromBytes/AsBytes` of the ABI
+//! structs in `uapi.rs`. The parsers, the queue rules, the data path and this file
 //! have none.
 //!
 //! # Lock order
@@ -161,9 +164,13 @@ impl kernel::InPlaceModule for VhostNetModule {
         if wanted == 0 || wanted > MEM_REGIONS_HARD_MAX {
             pr_warn!("max_mem_regions={} out of range, using {}\n", wanted, max_regions());
         }
+        // The drop-in node first: it is the one that fails in practice
+        // (EBUSY while C holds the minor), and nothing may fail after a
+        // node is registered, or a file opened in between would outlive
+        // the failed load.
         try_pin_init!(Self {
-            _miscdev <- compat::register_misc(c"vhost-net-rs"),
             _dropin: dropin_node()?,
+            _miscdev <- compat::register_misc(c"vhost-net-rs"),
         })
     }
 }
