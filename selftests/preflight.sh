@@ -17,8 +17,8 @@
 #     the module from it with modprobe in the VM;
 #   - without root or without the device node, a C selftest skips as a
 #     whole (exit 4), and so does a shell selftest without root;
-#   - dkms (if installed) adds the source and builds the module for KDIR's
-#     kernel, in private dkms trees.
+#   - dkms (if installed) adds the source, builds the module for KDIR's
+#     kernel, installs and removes it, in private dkms trees.
 cd "$(dirname "$0")/.." || exit 1
 KDIR=${1:?usage: selftests/preflight.sh KDIR}
 fail=0
@@ -128,10 +128,12 @@ else
 fi
 skips_whole script_skips_without_root "${nobody[@]}" bash "$pub/selftests/module.sh"
 
-# DKMS, in private trees so that nothing under /usr/src or /var/lib/dkms
-# changes: add, then build against KDIR as dkms would for that kernel.
+# DKMS, in private trees so that nothing under /usr/src, /var/lib/dkms or
+# /lib/modules changes: add, build against KDIR as dkms would for that
+# kernel, install, remove.
 if ! command -v dkms >/dev/null; then
 	echo "ok - dkms_build # SKIP dkms not installed"
+	echo "ok - dkms_install_and_remove # SKIP dkms not installed"
 else
 	src=$work/src/vhost-net-rs-$version
 	mkdir -p "$src"
@@ -147,6 +149,21 @@ else
 		notok dkms_build "no module at $ko"
 	else
 		ok dkms_build
+	fi
+	# Install into the private tree (depmod is make install's business,
+	# and the test kernel is not this host's), then remove it all again.
+	inst=$work/inst/$rel/updates/dkms
+	mkdir -p "$work/inst/$rel"   # the kernel's module tree, as installed
+	if ! ls "$ko"* >/dev/null 2>&1; then
+		notok dkms_install_and_remove "not tried: dkms build failed"
+	elif ! dkms install "${dk[@]}" -m vhost-net-rs -v "$version" -k "$rel" --no-depmod >"$ilog" 2>&1 \
+		|| ! ls "$inst"/vhost-net-rs.ko* >/dev/null 2>&1; then
+		notok dkms_install_and_remove "dkms install: $(tail -n 5 "$ilog" | tr '\n' '|') $(find "$work/inst" -type f | tr '\n' ' ')"
+	elif ! dkms remove "${dk[@]}" -m vhost-net-rs -v "$version" --all --no-depmod >"$ilog" 2>&1 \
+		|| ls "$inst"/vhost-net-rs.ko* >/dev/null 2>&1; then
+		notok dkms_install_and_remove "dkms remove: $(tail -n 5 "$ilog" | tr '\n' '|')"
+	else
+		ok dkms_install_and_remove
 	fi
 fi
 exit $fail
