@@ -601,9 +601,14 @@ TEST(d8_tx_batch_keeps_xdp_headroom)
  * 9. An RX chain whose only descriptor is writable with length 0 has no
  * room: C's get_rx_bufs() sees in == 0 after vhost_get_vq_desc_n(), reports
  * "unexpected descriptor format for RX" through vq_err (the error eventfd)
- * and delivers nothing. It has consumed that chain by then, so a later kick
- * delivers the packet into the next buffer with num_buffers 1. The empty
- * chain must never be used, nor counted in num_buffers.
+ * and delivers nothing. It has consumed that chain by then, so the next
+ * run of the handler delivers the packet into the next buffer with
+ * num_buffers 1. When that run comes is timing: C runs the handler once
+ * for the kick and once for the packet's wakeup, and if both see the
+ * packet the second delivers at once (seen in CI); otherwise the kick
+ * below does. vhost-net-rs keeps a malformed ring stopped until it is
+ * reconfigured (README, "Differences"), so it delivers nothing. Either way
+ * the empty chain must never be used, nor counted in num_buffers.
  */
 TEST(d9_rx_refuses_zero_length_writable_chain)
 {
@@ -627,8 +632,8 @@ TEST(d9_rx_refuses_zero_length_writable_chain)
 	ASSERT_EQ(sizeof(frame), send(d.pkt, frame, sizeof(frame), 0));
 	EXPECT_TRUE(h_fired(v->err, H_WAIT_MS)) TH_LOG("a zero-length RX chain was not reported");
 	usleep(300 * 1000);
-	EXPECT_EQ(0, h_used_pending(&d, 0)) TH_LOG("a packet was delivered over a zero-length chain");
-	/* After another kick the device may deliver into the good buffer. */
+	EXPECT_GE(1, h_used_pending(&d, 0)) TH_LOG("more than one chain used for one packet");
+	/* After another kick the device delivers into the good buffer if it has not yet. */
 	h_kick(&d, 0);
 	for (k = 0; k < 4 && !h_wait_used(&d, 0, 1, 1000); k++) {
 		struct vring_used_elem e = h_take_used(&d, 0);
