@@ -161,3 +161,17 @@ pub(crate) fn for_each_piece(
     }
     Ok(())
 }
+
+/// The guest-physical address of the owner range `[uaddr, uaddr + len)`,
+/// if one region holds all of it: the reverse of [`translate`], for the
+/// dirty log of ring parts that userspace gave by their owner address only
+/// (a packed ring's descriptor ring). Where regions alias the same owner
+/// memory, the one with the lowest guest-physical start is taken; logging
+/// either is enough for userspace, which syncs the log by owner range.
+pub(crate) fn guest_address(regions: &[Region], uaddr: u64, len: u64) -> Option<u64> {
+    let end = uaddr.checked_add(len)?;
+    regions
+        .iter()
+        .find(|region| region.uaddr() <= uaddr && end <= region.uaddr() + region.size())
+        .map(|region| region.gpa() + (uaddr - region.uaddr()))
+}

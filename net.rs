@@ -15,7 +15,7 @@ use crate::tap_glue::{BatchSent, Batched, Received, RxBatch, SendError, TapSocke
 use crate::uaccess::OwnerMem;
 use crate::uapi::{feature, VirtioNetHdr};
 use crate::virtqueue::{ActiveRing, Backend, MAX_BATCH, MAX_RX_HEADS};
-use crate::vring::{Chain, GuestMemory, Iov, UsedElem, VringError, MAX_SEGMENTS};
+use crate::vring::{positions, Chain, GuestMemory, Iov, UsedElem, VringError, MAX_SEGMENTS};
 use crate::worker::Waker;
 use kernel::{
     fs::File,
@@ -270,7 +270,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
             Ok(None) => {
                 // With a busy-loop timeout, watch the ring a while before
                 // sleeping: the guest, not asked to kick, may add more.
-                match active.busy_poll(|active| Ok(active.ring.refresh_avail(&mem)? != 0)) {
+                match active.busy_poll(|active| active.ring.has_avail(&mem)) {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(err) => break Err(err),
@@ -285,18 +285,18 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
         };
         match tx_one(&active.backend.sock, active.scratch, active.iov, &chain, hdr, &mut tally) {
             Ok(TxStep::Consumed { len }) => {
-                active.heads[pending] = UsedElem { head: chain.head, len: 0 };
+                active.heads[pending] = UsedElem::of(&chain, 0);
                 pending += 1;
                 weight.packets += 1;
                 weight.bytes += len as u64;
             }
             Ok(TxStep::Retry) => {
-                active.ring.unpop(1);
+                active.ring.unpop(u32::from(chain.positions));
                 active.backend.wait_for_space(active.waker);
                 break Ok(false);
             }
             Err(err) => {
-                active.ring.unpop(1);
+                active.ring.unpop(u32::from(chain.positions));
                 break Err(err);
             }
         }
@@ -393,7 +393,7 @@ enum Gather {
 /// Takes buffers until `need` bytes fit: one chain without mergeable
 /// buffers, up to `MAX_RX_HEADS` chains (and as many segments) with them.
 /// Their used elements go to `active.heads[first..]`. On error every chain
-/// taken is put back.
+/// taken is put back; so are they with [`Gather::Empty`].
 fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, mergeable: bool) -> Result<Gather, VringError> {
     let mem = OwnerMem;
     let (mut heads, mut segs, mut got) = (0usize, 0usize, 0u64);
@@ -404,7 +404,7 @@ fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, merg
         let chain = match active.ring.pop(&mem, active.mem, &mut active.iov[segs..]) {
             Ok(Some(chain)) => chain,
             Ok(None) => {
-                active.ring.unpop(heads as u16);
+                active.ring.unpop(positions(&active.heads[first..first + heads]));
                 return Ok(Gather::Empty);
             }
             // The chains taken so far left too few iov segments for this
@@ -412,7 +412,7 @@ fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, merg
             // not the guest's fault (pop consumed nothing).
             Err(VringError::TooManySegments) if heads > 0 => return Ok(Gather::TooSmall { heads }),
             Err(err) => {
-                active.ring.unpop(heads as u16);
+                active.ring.unpop(positions(&active.heads[first..first + heads]));
                 return Err(err);
             }
         };
@@ -420,11 +420,11 @@ fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, merg
         // writable bytes at all (the C driver's "unexpected descriptor
         // format for RX"). It must not count in num_buffers.
         if chain.out != 0 || chain.inn == 0 {
-            active.ring.unpop(heads as u16 + 1);
+            active.ring.unpop(positions(&active.heads[first..first + heads]) + u32::from(chain.positions));
             return Err(if chain.out != 0 { VringError::WrongDirection } else { VringError::EmptyRxBuffer });
         }
         let take = core::cmp::min(chain.in_len, need - got);
-        active.heads[first + heads] = UsedElem { head: chain.head, len: take as u32 };
+        active.heads[first + heads] = UsedElem::of(&chain, take as u32);
         got += chain.in_len;
         segs += chain.inn;
         heads += 1;
@@ -485,7 +485,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
                 // CVE-2014-0077: a packet larger than the guest's buffers
                 // is dropped whole, never written past them. Every packet
                 // taken off the tap counts toward the weight.
-                active.ring.unpop(heads as u16);
+                active.ring.unpop(positions(&active.heads[pending..pending + heads]));
                 active.backend.batch.discard();
                 drops += 1;
                 weight.packets += 1;
@@ -505,7 +505,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
         if active.backend.batch.recv(&uiov[..nuiov], sock_len) == Received::Lost {
             // Truncated or failed: tun consumed the packet either way;
             // count the drop and keep the buffers.
-            active.ring.unpop(heads as u16);
+            active.ring.unpop(positions(&active.heads[pending..pending + heads]));
             drops += 1;
             continue;
         }
@@ -522,7 +522,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
         if let Err(err) = written {
             // The packet is lost; its buffers go back with the ring's
             // position (vhost_discard_vq_desc).
-            active.ring.unpop(heads as u16);
+            active.ring.unpop(positions(&active.heads[pending..pending + heads]));
             break Err(err);
         }
         // Migration: the pages the packet went to are dirty now.

@@ -158,6 +158,7 @@ pub(crate) mod feature {
     pub(crate) const VIRTIO_RING_F_EVENT_IDX: u32 = 29;
     pub(crate) const VHOST_NET_F_VIRTIO_NET_HDR: u32 = 27;
     pub(crate) const VIRTIO_F_VERSION_1: u32 = 32;
+    pub(crate) const VIRTIO_F_RING_PACKED: u32 = 34;
     pub(crate) const VIRTIO_F_RING_RESET: u32 = 40;
     pub(crate) const VHOST_F_LOG_ALL: u32 = 26;
 }
@@ -169,7 +170,8 @@ pub(crate) const fn bit(n: u32) -> u64 {
 
 /// The virtio features this driver really implements. Nothing is offered
 /// before its data path exists and is tested; in particular
-/// `ACCESS_PLATFORM` (IOTLB) and `IN_ORDER` are not offered.
+/// `ACCESS_PLATFORM` (IOTLB) and `IN_ORDER` are not offered. The packed ring
+/// is, though the C driver never had it.
 pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     | bit(feature::VIRTIO_NET_F_MRG_RXBUF)
     | bit(feature::VIRTIO_RING_F_INDIRECT_DESC)
@@ -177,6 +179,8 @@ pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     | bit(feature::VIRTIO_F_NOTIFY_ON_EMPTY)
     | bit(feature::VIRTIO_F_ANY_LAYOUT)
     | bit(feature::VIRTIO_F_VERSION_1)
+    // The packed virtqueue (packed.rs), dirty logging included.
+    | bit(feature::VIRTIO_F_RING_PACKED)
     // A queue reset is the driver stopping and restarting one queue through
     // the vring ioctls while the other runs, which every queue supports.
     | bit(feature::VIRTIO_F_RING_RESET)

@@ -58,7 +58,9 @@ mod dirtylog;
 mod eventfd;
 mod file_poll;
 mod memory;
+mod packed;
 mod net;
+mod ring;
 mod shim;
 mod tap_glue;
 mod uaccess;
@@ -308,7 +310,7 @@ fn queue_ioctl<B: Backend>(
         VHOST_SET_VRING_BASE => queue.set_base(read_arg::<VringState>(arg)?.num)?,
         VHOST_GET_VRING_BASE => {
             let base = queue.get_base();
-            write_arg(arg, &VringState { index, num: base.into() })?;
+            write_arg(arg, &VringState { index, num: base })?;
         }
         VHOST_SET_VRING_KICK => {
             let file = match read_arg::<VringFile>(arg)?.fd {

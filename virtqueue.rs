@@ -30,7 +30,9 @@ use crate::compat::code::eopnotsupp;
 use crate::dirtylog::{DirtyLog, LogError, WriteLog};
 use crate::eventfd::EventFd;
 use crate::file_poll::{FilePoll, PollableFile, POLLIN};
-use crate::memory::Region;
+use crate::memory::{self, Region};
+use crate::packed::{self, PackedRing};
+use crate::ring::{Ring, RingBase};
 use crate::uaccess::{user_limit, OwnerBitmap, OwnerMem};
 use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG_MASK};
 use crate::vring::{self, GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
@@ -119,9 +121,11 @@ struct RingAddr {
 
 impl RingAddr {
     /// Whether the three parts of a ring of `num` entries lie in the user
-    /// address space (`vq_access_ok`).
-    fn in_user_space(&self, num: u32) -> bool {
-        let (desc_size, avail_size, used_size) = Vring::sizes(num, true);
+    /// address space (`vq_access_ok`); a packed ring's are the descriptor
+    /// ring and the two event areas.
+    fn in_user_space(&self, num: u32, packed: bool) -> bool {
+        let (desc_size, avail_size, used_size) =
+            if packed { PackedRing::sizes(num) } else { Vring::sizes(num, true) };
         let limit = user_limit();
         let fits = |start: u64, size: u64| start.checked_add(size).is_some_and(|end| end <= limit);
         fits(self.desc, desc_size) && fits(self.avail, avail_size) && fits(self.used, used_size)
@@ -133,18 +137,21 @@ impl RingAddr {
 /// # Invariants
 ///
 /// `ring` is `Some` only while `backend`, `addr` and `mem` are, and neither
-/// `stopped` nor `broken` is set. `num` is a power of two in
+/// `stopped` nor `broken` is set; it is packed exactly when
+/// `VIRTIO_F_RING_PACKED` is in `features`. `num` is a power of two in
 /// `1..=VRING_MAX_NUM`.
 pub(crate) struct VqState<B: Backend> {
     index: u32,
     num: u32,
     addr: Option<RingAddr>,
-    /// Where the ring resumes: `last_avail_idx` while it is not running.
-    base: u16,
-    /// `used->idx` as read when the backend was attached.
+    /// Where the ring resumes while it is not running: `last_avail_idx` of
+    /// a split ring, both positions of a packed ring in the
+    /// `VHOST_GET_VRING_BASE` encoding.
+    base: u32,
+    /// A split ring's `used->idx` as read when the backend was attached.
     used_idx: u16,
     busyloop_timeout: u32,
-    ring: Option<Vring>,
+    ring: Option<Ring>,
     /// Stopped by `GET_VRING_BASE`.
     stopped: bool,
     /// The guest corrupted the ring; cleared by reconfiguration.
@@ -174,7 +181,7 @@ pub(crate) struct VqState<B: Backend> {
 
 /// A running ring, borrowed by the data path for one run.
 pub(crate) struct ActiveRing<'a, B: Backend> {
-    pub(crate) ring: &'a mut Vring,
+    pub(crate) ring: &'a mut Ring,
     pub(crate) mem: &'a MemTable,
     pub(crate) backend: &'a mut B,
     pub(crate) scratch: &'a mut B::Scratch,
@@ -191,13 +198,13 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
 /// The dirty log as one run of the data path sees it.
 ///
 /// Every write the device makes to guest memory goes through one of
-/// [`Vring`]'s methods or [`ActiveRing::log_written`], and each of them
+/// [`Ring`]'s methods or [`ActiveRing::log_written`], and each of them
 /// marks its pages here, then has userspace told with [`RunLog::flush`].
 pub(crate) struct RunLog<'a> {
     log: DirtyLog,
     eventfd: Option<&'a EventFd>,
     /// `VHOST_F_LOG_ALL`: the data the device writes is logged (the used
-    /// ring's writes follow `VHOST_VRING_F_LOG`, inside [`Vring`]).
+    /// ring's writes follow `VHOST_VRING_F_LOG`, inside [`Ring`]).
     data: bool,
     /// Bits were set since the eventfd was last signalled.
     marked: Cell<bool>,
@@ -390,7 +397,7 @@ impl<B: Backend> VqState<B> {
         }
         let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
         let used_log = (addr.flags & VHOST_VRING_F_LOG_MASK != 0).then_some(addr.log_guest_addr);
-        if self.backend.is_some() && (!new.in_user_space(self.num) || !self.log_covers_used(self.log, used_log)) {
+        if self.backend.is_some() && (!new.in_user_space(self.num, self.packed()) || !self.log_covers_used(self.log, used_log)) {
             return Err(EINVAL);
         }
         self.stop();
@@ -403,12 +410,20 @@ impl<B: Backend> VqState<B> {
         Ok(())
     }
 
-    /// `VHOST_SET_VRING_BASE`: not while a backend is attached.
+    /// `VHOST_SET_VRING_BASE`: not while a backend is attached. A split
+    /// ring's base is a 16-bit index; a packed ring's encodes both
+    /// positions, which must lie inside the ring (`SET_VRING_NUM` comes
+    /// first; a later one that leaves them outside keeps the ring from
+    /// starting, see [`VqState::start`]).
     pub(crate) fn set_base(&mut self, base: u32) -> Result {
         if self.backend.is_some() {
             return Err(EBUSY);
         }
-        self.base = u16::try_from(base).map_err(|_| EINVAL)?;
+        let fits = if self.packed() { PackedRing::base_fits(base, self.num) } else { base <= u32::from(u16::MAX) };
+        if !fits {
+            return Err(EINVAL);
+        }
+        self.base = base;
         self.stopped = false;
         self.broken = false;
         Ok(())
@@ -416,7 +431,7 @@ impl<B: Backend> VqState<B> {
 
     /// `VHOST_GET_VRING_BASE`: stops the ring, so the index cannot move
     /// after it is read.
-    pub(crate) fn get_base(&mut self) -> u16 {
+    pub(crate) fn get_base(&mut self) -> u32 {
         self.stop();
         self.stopped = true;
         self.base
@@ -453,10 +468,24 @@ impl<B: Backend> VqState<B> {
 
     /// `SET_FEATURES`: stores the bits, as the C driver does; a running ring
     /// follows them from its next access. Nothing is read from guest memory
-    /// here, so the caller's address space does not matter.
+    /// here, so the caller's address space does not matter. A change of ring
+    /// format makes the old position meaningless: the queue restarts from
+    /// the new format's first position (userspace sets the base next, as
+    /// QEMU does after `SET_FEATURES`).
     pub(crate) fn set_features(&mut self, features: u64) {
         let old = ring_features(self.features);
+        let format_changed = (self.features ^ features) & bit(feature::VIRTIO_F_RING_PACKED) != 0;
         self.features = features;
+        if format_changed {
+            let running = self.ring.is_some();
+            self.stop();
+            self.base = if self.packed() { packed::FRESH_BASE } else { 0 };
+            self.used_idx = 0;
+            if running {
+                self.start();
+            }
+            return;
+        }
         let new = ring_features(features);
         if let Some(ring) = self.ring.as_mut() {
             ring.set_features(new);
@@ -475,6 +504,11 @@ impl<B: Backend> VqState<B> {
         // A guest that used memory before the table had it (a hotplug
         // race) may run again; a stopped ring stays stopped.
         self.broken = false;
+        // A packed ring finds its descriptor ring's guest address for the
+        // log through the table: look it up again in the new one.
+        if self.ring.as_ref().is_some_and(Ring::is_packed) {
+            self.stop();
+        }
         if self.ring.is_none() {
             self.start();
         }
@@ -526,7 +560,7 @@ impl<B: Backend> VqState<B> {
     pub(crate) fn check_access(&self) -> Result {
         // Addresses that were set must lie in user space (`vq_access_ok`;
         // with a backend attached, SET_VRING_ADDR refused any other).
-        if self.addr.is_some_and(|addr| !addr.in_user_space(self.num)) || !self.log_covers(self.log) {
+        if self.addr.is_some_and(|addr| !addr.in_user_space(self.num, self.packed())) || !self.log_covers(self.log) {
             return Err(EFAULT);
         }
         Ok(())
@@ -534,13 +568,20 @@ impl<B: Backend> VqState<B> {
 
     /// Whether `log` has room for the bits of the used ring at `used_log`
     /// (C's `vq_log_used_access_ok`): the ring's size with `avail_event`
-    /// only under event-idx (`vhost_get_used_size`).
+    /// only under event-idx (`vhost_get_used_size`), or a packed ring's
+    /// device event area.
     fn log_covers_used(&self, log: DirtyLog, used_log: Option<u64>) -> bool {
         let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
+        let size = if self.packed() { PackedRing::sizes(self.num).2 } else { Vring::sizes(self.num, event_idx).2 };
         match used_log {
-            Some(gpa) => log.covers(gpa, Vring::sizes(self.num, event_idx).2, user_limit()),
+            Some(gpa) => log.covers(gpa, size, user_limit()),
             None => true,
         }
+    }
+
+    /// Whether the acked features make this a packed ring.
+    fn packed(&self) -> bool {
+        self.features & bit(feature::VIRTIO_F_RING_PACKED) != 0
     }
 
     /// Whether the queue can run with `log` (C's `vq_log_access_ok`): it
@@ -590,25 +631,36 @@ impl<B: Backend> VqState<B> {
     }
 
     /// `vhost_vq_init_access`: the ring must lie in the user address space
-    /// and be reachable, its used flags writable (they are reset, so a
-    /// stale `NO_NOTIFY` does not linger, and the write is logged), and the
-    /// device continues from the guest's used index, which it returns.
-    /// `-EFAULT` otherwise.
+    /// and be reachable, the flags the device writes writable (they are
+    /// reset, so a stale `NO_NOTIFY` or `DISABLE` does not linger, and the
+    /// write is logged), and a split ring continues from the guest's used
+    /// index, which it returns (a packed ring's used position is in its
+    /// base). `-EFAULT` otherwise.
     fn init_access(&self, addr: &RingAddr) -> Result<u16> {
-        if !addr.in_user_space(self.num) {
+        let packed = self.packed();
+        if !addr.in_user_space(self.num, packed) {
             return Err(EFAULT);
         }
         let mem = OwnerMem;
-        mem.write_u16(Vring::used_flags_addr_of(addr.used), 0).map_err(|_| EFAULT)?;
+        let (device_flags, driver_flags) = if packed {
+            (PackedRing::device_flags_addr_of(addr.used), PackedRing::driver_flags_addr_of(addr.avail))
+        } else {
+            (Vring::used_flags_addr_of(addr.used), Vring::avail_idx_addr_of(addr.avail))
+        };
+        mem.write_u16(device_flags, 0).map_err(|_| EFAULT)?;
         if let Some(used_gpa) = self.used_log {
             let log = self.run_log();
             mem.wmb();
             // As on the data path, a log the owner unmapped does not fail
             // the attach.
-            let _unwritable: Result<(), LogError> = log.mark(used_gpa, 2);
+            let _unwritable: Result<(), LogError> =
+                log.mark(used_gpa.saturating_add(device_flags - addr.used), 2);
             log.flush();
         }
-        mem.read_u16(Vring::avail_idx_addr_of(addr.avail)).map_err(|_| EFAULT)?;
+        mem.read_u16(driver_flags).map_err(|_| EFAULT)?;
+        if packed {
+            return Ok(self.used_idx);
+        }
         mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
     }
 
@@ -641,25 +693,54 @@ impl<B: Backend> VqState<B> {
         self.used_log = None;
     }
 
-    /// Starts the ring if everything it needs is there.
+    /// Starts the ring if everything it needs is there, in the format the
+    /// features ask for.
     fn start(&mut self) {
-        if self.ring.is_some() || self.stopped || self.broken || self.backend.is_none() || self.mem.is_none() {
+        if self.ring.is_some() || self.stopped || self.broken || self.backend.is_none() {
             return;
         }
-        let Some(addr) = self.addr else { return };
+        let (Some(addr), Some(mem)) = (self.addr, self.mem.as_deref()) else { return };
         let layout =
             RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: self.used_log };
-        // INVARIANT: the conditions above, and `num` is valid by the type
-        // invariant, so `resume` succeeds.
-        self.ring = Vring::resume(layout, self.base, self.used_idx, ring_features(self.features));
+        let features = ring_features(self.features);
+        let ring = if self.packed() {
+            // A packed ring's used entries go into the descriptor ring, which
+            // userspace gave by owner address only: its guest address for
+            // the log comes from the memory table.
+            let desc_size = PackedRing::sizes(self.num).0;
+            let desc_log = memory::guest_address(mem, addr.desc, desc_size);
+            if self.used_log.is_some() && desc_log.is_none() {
+                self.fail(VringError::NotMapped);
+                return;
+            }
+            match PackedRing::resume(layout, desc_log, self.base, features) {
+                Some(ring) => Ring::Packed(ring),
+                // SET_VRING_NUM moved the ring's end below the base.
+                None => {
+                    self.fail(VringError::BadBase);
+                    return;
+                }
+            }
+        } else {
+            // INVARIANT: `num` is valid by the type invariant and `base`
+            // a 16-bit index (set_base), so `resume` succeeds.
+            let Some(ring) = Vring::resume(layout, self.base as u16, self.used_idx, features) else { return };
+            Ring::Split(ring)
+        };
+        self.ring = Some(ring);
         self.waker.wake();
     }
 
     /// Stops the ring, keeping its position.
     fn stop(&mut self) {
         if let Some(ring) = self.ring.take() {
-            self.base = ring.last_avail_idx();
-            self.used_idx = ring.last_used_idx();
+            match ring.base() {
+                RingBase::Split { avail, used } => {
+                    self.base = u32::from(avail);
+                    self.used_idx = used;
+                }
+                RingBase::Packed(base) => self.base = base,
+            }
         }
     }
 
@@ -712,10 +793,16 @@ impl<B: Backend> VqState<B> {
         seq_print!(
             m,
             "vq{}:\tnum={} last_avail_idx={} running={} broken={} backend={} \
-             packets={} bytes={} wakeups={} calls={} errors={} drops={} dirty_log={}\n",
+             packets={} bytes={} wakeups={} calls={} errors={} drops={} dirty_log={} ring={}\n",
             self.index,
             self.num,
-            self.ring.as_ref().map_or(self.base, |ring| ring.last_avail_idx()),
+            // A packed ring's avail position: index and wrap counter (bit 15).
+            match self.ring.as_ref().map(Ring::base) {
+                Some(RingBase::Split { avail, .. }) => u32::from(avail),
+                Some(RingBase::Packed(base)) => base & 0xffff,
+                None if self.packed() => self.base & 0xffff,
+                None => self.base,
+            },
             u8::from(self.ring.is_some()),
             u8::from(self.broken),
             u8::from(self.backend.is_some()),
@@ -732,7 +819,8 @@ impl<B: Backend> VqState<B> {
                 (true, false) => "data",
                 (false, true) => "used",
                 (true, true) => "data+used",
-            }
+            },
+            if self.packed() { "packed" } else { "split" }
         );
     }
 }

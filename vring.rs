@@ -55,11 +55,13 @@ pub(crate) enum VringError {
     Fault,
     /// `avail->idx` moved more than `num` entries past `last_avail_idx`.
     AvailJump,
-    /// A head index from the avail ring is `>= num`.
+    /// A head index from the avail ring (a packed chain's buffer id) is
+    /// `>= num`.
     BadHead,
     /// A `next` index is `>= num` (or past the end of an indirect table).
     BadNext,
-    /// A chain longer than its table: a descriptor loop.
+    /// A chain longer than its table (a descriptor loop), or in a packed
+    /// ring longer than the ring's free positions.
     Loop,
     /// An indirect descriptor inside an indirect table.
     NestedIndirect,
@@ -85,6 +87,12 @@ pub(crate) enum VringError {
     EmptyRxBuffer,
     /// A TX chain shorter than the virtio-net header it must start with.
     ShortPacket,
+    /// More used entries returned than chains were taken (a packed ring
+    /// counts them; this is the device's own bug, never the guest's).
+    BadUsed,
+    /// A packed ring's base (`VHOST_SET_VRING_BASE`) holds a position
+    /// outside the ring, since `VHOST_SET_VRING_NUM` shrank it.
+    BadBase,
 }
 
 impl From<MemError> for VringError {
@@ -139,11 +147,27 @@ impl Desc {
     }
 }
 
-/// A used-ring element: the head of a chain and the bytes written to it.
+/// A used-ring element: the head of a chain (the buffer id of a packed
+/// chain) and the bytes written to it, with the ring positions the chain
+/// took (1 in a split ring, its descriptor count in a packed ring).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct UsedElem {
     pub(crate) head: u16,
     pub(crate) len: u32,
+    pub(crate) positions: u16,
+}
+
+impl UsedElem {
+    /// The used element that returns `chain` with `len` bytes written.
+    pub(crate) fn of(chain: &Chain, len: u32) -> Self {
+        UsedElem { head: chain.head, len, positions: chain.positions }
+    }
+}
+
+/// The ring positions `elems` took: what [`Vring::unpop`] (or the packed
+/// ring's) must move back to put them all back.
+pub(crate) fn positions(elems: &[UsedElem]) -> u32 {
+    elems.iter().map(|elem| u32::from(elem.positions)).sum()
 }
 
 /// One translated piece of a chain: in the owner's address space (`addr`),
@@ -158,10 +182,12 @@ pub(crate) struct Iov {
 /// A chain taken from the avail ring.
 ///
 /// `iov[..out]` are the device-readable segments and `iov[out..out + inn]` the
-/// device-writable ones, in chain order.
+/// device-writable ones, in chain order. `positions` is how many ring
+/// positions it took (1 in a split ring, its descriptors in a packed one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Chain {
     pub(crate) head: u16,
+    pub(crate) positions: u16,
     pub(crate) out: usize,
     pub(crate) inn: usize,
     pub(crate) out_len: u64,
@@ -373,36 +399,16 @@ impl Vring {
         Ok(Some(chain))
     }
 
-    /// Puts the last popped chain back (for example when the backend could
-    /// not take the packet yet).
-    pub(crate) fn unpop(&mut self, n: u16) {
-        self.last_avail_idx = self.last_avail_idx.wrapping_sub(n);
+    /// Puts the last popped chains back (for example when the backend could
+    /// not take the packet yet): `positions` is their number, one position
+    /// per split chain (see [`positions`]).
+    pub(crate) fn unpop(&mut self, positions: u32) {
+        self.last_avail_idx = self.last_avail_idx.wrapping_sub(positions as u16);
     }
 
     fn read_desc<M: GuestMemory>(&self, mem: &M, addr: u64) -> Result<Desc, VringError> {
         let mut b = [0u8; 16];
         mem.read(addr, &mut b)?;
-        Ok(Desc::parse(&b))
-    }
-
-    /// Reads descriptor `i` of an indirect table at guest-physical `gpa`,
-    /// which may cross memory regions.
-    fn read_indirect_desc<M: GuestMemory>(
-        mem: &M,
-        regions: &[Region],
-        gpa: u64,
-        i: u64,
-    ) -> Result<Desc, VringError> {
-        let at = gpa.checked_add(i * DESC_SIZE).ok_or(VringError::NotMapped)?;
-        let mut b = [0u8; 16];
-        let mut off = 0usize;
-        memory::translate(regions, at, DESC_SIZE, |seg| {
-            // seg.len <= 16 - off by construction of translate.
-            let n = seg.len as usize;
-            mem.read(seg.uaddr, &mut b[off..off + n]).map_err(|_| MemError::NotMapped)?;
-            off += n;
-            Ok(())
-        })?;
         Ok(Desc::parse(&b))
     }
 
@@ -415,47 +421,7 @@ impl Vring {
         head: u16,
         iov: &mut [Iov],
     ) -> Result<Chain, VringError> {
-        let mut chain = Chain { head, ..Chain::default() };
-        let mut total: u64 = 0;
-        let mut seen_in = false;
-        let mut nseg = 0usize;
-
-        let mut push = |d: &Desc, chain: &mut Chain, seen_in: &mut bool| -> Result<(), VringError> {
-            let writable = d.flags & DESC_F_WRITE != 0;
-            if writable {
-                *seen_in = true;
-            } else if *seen_in {
-                return Err(VringError::OutAfterIn);
-            }
-            total = total.checked_add(u64::from(d.len)).ok_or(VringError::LenOverflow)?;
-            if total > MAX_CHAIN_LEN {
-                return Err(VringError::LenOverflow);
-            }
-            let before = nseg;
-            // One pass: on any error the whole chain is discarded.
-            d.addr.checked_add(u64::from(d.len)).ok_or(VringError::NotMapped)?;
-            memory::for_each_piece(regions, d.addr, u64::from(d.len), |seg| {
-                // A full iov array is reported as TooMany and mapped below.
-                let slot = iov.get_mut(nseg).ok_or(MemError::TooMany)?;
-                *slot = Iov { gpa: seg.gpa, addr: seg.uaddr, len: seg.len };
-                nseg += 1;
-                Ok(())
-            })
-            .map_err(|e| match e {
-                MemError::TooMany => VringError::TooManySegments,
-                _ => VringError::NotMapped,
-            })?;
-            let added = nseg - before;
-            if writable {
-                chain.inn += added;
-                chain.in_len += u64::from(d.len);
-            } else {
-                chain.out += added;
-                chain.out_len += u64::from(d.len);
-            }
-            Ok(())
-        };
-
+        let mut builder = ChainBuilder::new(regions, iov);
         let mut i = head;
         // A chain can visit each descriptor of the table at most once.
         let mut budget = self.num64();
@@ -469,14 +435,7 @@ impl Vring {
                 if !self.features.indirect || d.flags & DESC_F_NEXT != 0 {
                     return Err(VringError::IndirectNotAllowed);
                 }
-                let len = u64::from(d.len);
-                if len == 0 || len % DESC_SIZE != 0 {
-                    return Err(VringError::BadIndirectLen);
-                }
-                let count = len / DESC_SIZE;
-                if count > MAX_SEGMENTS as u64 {
-                    return Err(VringError::BadIndirectLen);
-                }
+                let count = indirect_count(d.len)?;
                 let mut j: u64 = 0;
                 let mut ibudget = count;
                 loop {
@@ -484,11 +443,11 @@ impl Vring {
                         return Err(VringError::Loop);
                     }
                     ibudget -= 1;
-                    let id = Self::read_indirect_desc(mem, regions, d.addr, j)?;
+                    let id = Desc::parse(&read_indirect_bytes(mem, regions, d.addr, j)?);
                     if id.flags & DESC_F_INDIRECT != 0 {
                         return Err(VringError::NestedIndirect);
                     }
-                    push(&id, &mut chain, &mut seen_in)?;
+                    builder.push(id.addr, id.len, id.flags & DESC_F_WRITE != 0)?;
                     if id.flags & DESC_F_NEXT == 0 {
                         break;
                     }
@@ -499,7 +458,7 @@ impl Vring {
                 }
                 break;
             }
-            push(&d, &mut chain, &mut seen_in)?;
+            builder.push(d.addr, d.len, d.flags & DESC_F_WRITE != 0)?;
             if d.flags & DESC_F_NEXT == 0 {
                 break;
             }
@@ -508,7 +467,7 @@ impl Vring {
             }
             i = d.next;
         }
-        Ok(chain)
+        Ok(builder.finish(head, 1))
     }
 
     /// Adds used elements for `heads` and publishes them with one
@@ -529,7 +488,7 @@ impl Vring {
             let n = rest.len().min(USED_CHUNK).min(to_end as usize);
             let mut b = [0u8; USED_CHUNK * USED_ELEM_SIZE as usize];
             let mut at = 0usize;
-            for elem in &rest[..n] {
+            for elem in rest.iter().take(n) {
                 b[at..at + 4].copy_from_slice(&u32::from(elem.head).to_le_bytes());
                 b[at + 4..at + 8].copy_from_slice(&elem.len.to_le_bytes());
                 at += USED_ELEM_SIZE as usize;
@@ -610,6 +569,109 @@ impl Vring {
             self.log_used(mem, log, 0, 2)?;
         }
         Ok(())
+    }
+}
+
+/// How many descriptors an indirect table of `len` bytes holds: a
+/// non-empty whole number of them, at most [`MAX_SEGMENTS`].
+pub(crate) fn indirect_count(len: u32) -> Result<u64, VringError> {
+    let len = u64::from(len);
+    if len == 0 || len % DESC_SIZE != 0 || len / DESC_SIZE > MAX_SEGMENTS as u64 {
+        return Err(VringError::BadIndirectLen);
+    }
+    Ok(len / DESC_SIZE)
+}
+
+/// Reads the 16 bytes of descriptor `i` of an indirect table at
+/// guest-physical `gpa`; the table may cross memory regions. Both ring
+/// formats use 16-byte descriptors, laid out differently.
+pub(crate) fn read_indirect_bytes<M: GuestMemory>(
+    mem: &M,
+    regions: &[Region],
+    gpa: u64,
+    i: u64,
+) -> Result<[u8; 16], VringError> {
+    let at = i.checked_mul(DESC_SIZE).and_then(|off| gpa.checked_add(off)).ok_or(VringError::NotMapped)?;
+    let mut bytes = [0u8; 16];
+    let mut off = 0usize;
+    memory::translate(regions, at, DESC_SIZE, |seg| {
+        // seg.len <= 16 - off by construction of translate.
+        let n = seg.len as usize;
+        mem.read(seg.uaddr, &mut bytes[off..off + n]).map_err(|_| MemError::NotMapped)?;
+        off += n;
+        Ok(())
+    })?;
+    Ok(bytes)
+}
+
+/// Builds one chain from its descriptors, whatever the ring format: the
+/// rules every buffer of a chain must follow are here, once.
+///
+/// # Invariants
+///
+/// `iov[..nseg]` holds the translated segments pushed so far, readable ones
+/// before writable ones (none readable once `seen_in`); `total` is the sum of their lengths and at most
+/// [`MAX_CHAIN_LEN`].
+pub(crate) struct ChainBuilder<'a> {
+    regions: &'a [Region],
+    iov: &'a mut [Iov],
+    chain: Chain,
+    nseg: usize,
+    total: u64,
+    /// A writable descriptor was pushed (even an empty one).
+    seen_in: bool,
+}
+
+impl<'a> ChainBuilder<'a> {
+    /// An empty chain whose segments go to `iov`.
+    pub(crate) fn new(regions: &'a [Region], iov: &'a mut [Iov]) -> Self {
+        ChainBuilder { regions, iov, chain: Chain::default(), nseg: 0, total: 0, seen_in: false }
+    }
+
+    /// Adds the buffer of one descriptor: translated through the memory
+    /// table, its length counted, and refused if it is readable after a
+    /// writable one, overflows the chain's length, is not in guest memory,
+    /// or does not fit the iov array. On error the chain is to be dropped.
+    pub(crate) fn push(&mut self, addr: u64, len: u32, writable: bool) -> Result<(), VringError> {
+        if writable {
+            self.seen_in = true;
+        } else if self.seen_in {
+            return Err(VringError::OutAfterIn);
+        }
+        let len = u64::from(len);
+        self.total = self.total.checked_add(len).ok_or(VringError::LenOverflow)?;
+        if self.total > MAX_CHAIN_LEN {
+            return Err(VringError::LenOverflow);
+        }
+        addr.checked_add(len).ok_or(VringError::NotMapped)?;
+        let before = self.nseg;
+        let (iov, nseg) = (&mut *self.iov, &mut self.nseg);
+        memory::for_each_piece(self.regions, addr, len, |seg| {
+            // A full iov array is reported as TooMany and mapped below.
+            let slot = iov.get_mut(*nseg).ok_or(MemError::TooMany)?;
+            *slot = Iov { gpa: seg.gpa, addr: seg.uaddr, len: seg.len };
+            *nseg += 1;
+            Ok(())
+        })
+        .map_err(|err| match err {
+            MemError::TooMany => VringError::TooManySegments,
+            _ => VringError::NotMapped,
+        })?;
+        let added = self.nseg - before;
+        if writable {
+            self.chain.inn += added;
+            self.chain.in_len += len;
+        } else {
+            self.chain.out += added;
+            self.chain.out_len += len;
+        }
+        Ok(())
+    }
+
+    /// The chain, returned to the ring as `head`, taking `positions` ring
+    /// positions.
+    pub(crate) fn finish(self, head: u16, positions: u16) -> Chain {
+        Chain { head, positions, ..self.chain }
     }
 }
 

@@ -105,7 +105,7 @@ pub fn run(inp: Input) {
                 }
             }
             Op::AddUsed(n) => {
-                let heads: Vec<UsedElem> = (0..u16::from(n % 4)).map(|head| UsedElem { head, len: 0 }).collect();
+                let heads: Vec<UsedElem> = (0..u16::from(n % 4)).map(|head| UsedElem { head, len: 0, positions: 1 }).collect();
                 let _ = ring.add_used(&mem, &NoLog, &heads);
             }
             Op::Notify => {
@@ -119,7 +119,7 @@ pub fn run(inp: Input) {
             }
             Op::Unpop(n) => {
                 let n = u64::from(n).min(outstanding);
-                ring.unpop(n as u16);
+                ring.unpop(n as u32);
                 outstanding -= n;
             }
             Op::Scribble(at, v) => {

@@ -1,5 +1,5 @@
-//! Compiles the module's `core`-only guest-input parsers (memory table and
-//! split ring) for the host, so that `cargo test` and cargo-fuzz can
+//! Compiles the module's `core`-only guest-input parsers (memory table,
+//! split and packed rings) for the host, so that `cargo test` and cargo-fuzz can
 //! exercise them without a kernel.
 #![allow(dead_code)]
 
@@ -9,6 +9,10 @@ pub mod memory;
 pub mod vring;
 #[path = "../../../dirtylog.rs"]
 pub mod dirtylog;
+#[path = "../../../packed.rs"]
+pub mod packed;
+#[path = "../../../ring.rs"]
+pub mod ring;
 
 pub mod testmem;
 
@@ -20,6 +24,8 @@ mod vring_tests;
 mod dirtylog_tests;
 #[cfg(test)]
 mod random_tests;
+#[cfg(test)]
+mod packed_tests;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 

@@ -143,3 +143,25 @@ fn random_overlapping_tables_match_the_model() {
         }
     }
 }
+
+#[test]
+fn guest_address_reverses_translate() {
+    let mut regions = vec![r(0x10_0000, 0x1000, 0x7000_0000), r(0, 0x8000, 0x5000_0000), r(0x20_0000, 0x4000, 0x6000_0000)];
+    validate(&mut regions, 8).unwrap();
+    // Every range inside one region comes back to the gpa it translates from.
+    for (gpa, len) in [(0u64, 16u64), (0x7ff0, 16), (0x10_0800, 0x800), (0x20_0000, 0x4000), (0x20_3ffe, 2)] {
+        let mut uaddr = None;
+        translate(&regions, gpa, len, |seg| {
+            uaddr.get_or_insert(seg.uaddr);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(guest_address(&regions, uaddr.unwrap(), len), Some(gpa), "gpa {gpa:#x} len {len:#x}");
+    }
+    // Outside every region, across a region's end, or wrapping: none.
+    assert_eq!(guest_address(&regions, 0x5000_8000, 1), None);
+    assert_eq!(guest_address(&regions, 0x4fff_ffff, 2), None);
+    assert_eq!(guest_address(&regions, 0x5000_7ff8, 16), None);
+    assert_eq!(guest_address(&regions, u64::MAX - 4, 16), None);
+    assert_eq!(guest_address(&[], 0x5000_0000, 1), None);
+}

@@ -112,7 +112,7 @@ pub fn one_state(seed: u64) -> usize {
                 }
                 popped += 1;
                 assert!(popped <= num as usize, "popped more than the ring holds");
-                let _ = ring.add_used(&mem, &NoLog, &[UsedElem { head: c.head, len: 0 }]);
+                let _ = ring.add_used(&mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1 }]);
                 let _ = ring.should_notify(&mem);
             }
         }

@@ -6,11 +6,14 @@ use std::cell::RefCell;
 pub struct TestMem {
     pub base: u64,
     pub buf: RefCell<Vec<u8>>,
+    /// Every write the device made, as (address, length), in order: what
+    /// the ordering tests look at.
+    pub writes: RefCell<Vec<(u64, usize)>>,
 }
 
 impl TestMem {
     pub fn new(base: u64, len: usize) -> Self {
-        TestMem { base, buf: RefCell::new(vec![0; len]) }
+        TestMem { base, buf: RefCell::new(vec![0; len]), writes: RefCell::new(Vec::new()) }
     }
     fn range(&self, addr: u64, len: usize) -> Result<std::ops::Range<usize>, VringError> {
         let off = addr.checked_sub(self.base).ok_or(VringError::Fault)? as usize;
@@ -52,6 +55,7 @@ impl GuestMemory for TestMem {
         }
         let r = self.range(addr, 2)?;
         self.buf.borrow_mut()[r].copy_from_slice(&val.to_le_bytes());
+        self.writes.borrow_mut().push((addr, 2));
         Ok(())
     }
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), VringError> {
@@ -62,6 +66,7 @@ impl GuestMemory for TestMem {
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), VringError> {
         let r = self.range(addr, data.len())?;
         self.buf.borrow_mut()[r].copy_from_slice(data);
+        self.writes.borrow_mut().push((addr, data.len()));
         Ok(())
     }
     fn mb(&self) {}
@@ -74,6 +79,17 @@ pub struct NoLog;
 
 impl crate::dirtylog::WriteLog for NoLog {
     fn mark(&self, _gpa: u64, _len: u64) -> Result<(), crate::dirtylog::LogError> {
+        Ok(())
+    }
+}
+
+/// Records what the ring asks to be logged.
+#[derive(Default)]
+pub struct Marks(pub RefCell<Vec<(u64, u64)>>);
+
+impl crate::dirtylog::WriteLog for Marks {
+    fn mark(&self, gpa: u64, len: u64) -> Result<(), crate::dirtylog::LogError> {
+        self.0.borrow_mut().push((gpa, len));
         Ok(())
     }
 }

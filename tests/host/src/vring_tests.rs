@@ -1,6 +1,6 @@
 use crate::memory::{validate, Region};
 
-use crate::testmem::{NoLog, TestMem};
+use crate::testmem::{Marks, NoLog, TestMem};
 use crate::vring::*;
 
 const BASE: u64 = 0x10_0000; // owner address of guest-physical 0
@@ -60,7 +60,7 @@ fn pops_a_chain_and_publishes_used() {
     assert_eq!(r.iov[0], Iov { gpa: 0x8000, addr: BASE + 0x8000, len: 100 });
     assert_eq!(r.iov[1], Iov { gpa: 0x9000, addr: BASE + 0x9000, len: 200 });
     assert_eq!(r.pop().unwrap(), None);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 200 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 200, positions: 1 }]).unwrap();
     assert_eq!(r.mem.get_u16(USED + 2), 1);
     assert_eq!(r.mem.get(USED + 4, 8), [0, 0, 0, 0, 200, 0, 0, 0]);
 }
@@ -210,7 +210,7 @@ fn indices_wrap_past_65535() {
         r.avail(idx.wrapping_sub(1), 0, idx);
         let c = r.pop().unwrap().unwrap();
         assert_eq!(c.head, 0);
-        r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: c.head, len: 0 }]).unwrap();
+        r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1 }]).unwrap();
         assert_eq!(r.mem.get_u16(USED + 2), idx);
     }
     assert_eq!(r.ring.last_avail_idx(), 65533u16.wrapping_add(10));
@@ -240,19 +240,19 @@ fn notification_suppression() {
     // Without event-idx: NO_INTERRUPT in avail->flags suppresses.
     let mut r = rig(8, f());
     r.mem.put_u16(AVAIL, AVAIL_F_NO_INTERRUPT);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }]).unwrap();
     assert!(!r.ring.should_notify(&r.mem).unwrap());
     r.mem.put_u16(AVAIL, 0);
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // With event-idx: only when used_event is crossed.
     let ev = RingFeatures { event_idx: true, ..f() };
     let mut r = rig(8, ev);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }]).unwrap();
     assert!(r.ring.should_notify(&r.mem).unwrap()); // first one always
     r.mem.put_u16(AVAIL + 4 + 2 * 8, 5); // used_event = 5
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }]).unwrap(); // used 2
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }]).unwrap(); // used 2
     assert!(!r.ring.should_notify(&r.mem).unwrap());
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }, UsedElem { head: 0, len: 0 }]).unwrap(); // used 6
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }, UsedElem { head: 0, len: 0, positions: 1 }, UsedElem { head: 0, len: 0, positions: 1 }, UsedElem { head: 0, len: 0, positions: 1 }]).unwrap(); // used 6
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // enable_notify publishes avail_event, and reports only entries that
     // arrived since avail->idx was last read.
@@ -278,17 +278,6 @@ fn notification_suppression() {
     assert_eq!(r.ring.enable_notify(&r.mem, &NoLog), Err(VringError::AvailJump));
 }
 
-/// Records what the ring asks to be logged.
-#[derive(Default)]
-struct Marks(std::cell::RefCell<Vec<(u64, u64)>>);
-
-impl crate::dirtylog::WriteLog for Marks {
-    fn mark(&self, gpa: u64, len: u64) -> Result<(), crate::dirtylog::LogError> {
-        self.0.borrow_mut().push((gpa, len));
-        Ok(())
-    }
-}
-
 #[test]
 fn used_ring_writes_are_logged_at_the_log_address() {
     // The used ring's log address is its guest-physical address (USED - BASE
@@ -303,7 +292,7 @@ fn used_ring_writes_are_logged_at_the_log_address() {
         let marks = Marks::default();
         // Three elements from slot 6: they wrap, so two copies, each logged,
         // then used->idx.
-        let elem = UsedElem { head: 0, len: 1 };
+        let elem = UsedElem { head: 0, len: 1, positions: 1 };
         r.ring.add_used(&r.mem, &marks, &[elem, elem, elem]).unwrap();
         assert_eq!(*marks.0.borrow(), vec![(LOG_AT + 4 + 8 * 6, 16), (LOG_AT + 4, 8), (LOG_AT + 2, 2)]);
         marks.0.borrow_mut().clear();

@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The packed virtqueue (virtio 1.x, section 2.8), seen from the device side.
+//!
+//! One descriptor ring carries both directions: the driver makes a
+//! descriptor available by writing its flags with `AVAIL` equal to its wrap
+//! counter and `USED` the opposite, and the device returns a buffer by
+//! writing a used descriptor (buffer id, length, `AVAIL` = `USED` = the
+//! device's wrap counter) at its next used position, then skipping the
+//! positions of the rest of the chain. Two 4-byte event suppression areas,
+//! one written by each side, replace the split ring's flags and event
+//! indices.
+//!
+//! The same rules for untrusted input as [`crate::vring`]: every index is
+//! bounded by the ring size, a chain by the free part of the ring, every
+//! buffer goes through the memory table and [`ChainBuilder`], and a
+//! malformed ring yields a [`VringError`] with nothing consumed. Like
+//! `vring.rs`, this file uses only `core` and is tested and fuzzed on the
+//! host (`tests/host`).
+//!
+//! Flags are read and written with single-copy-atomic 16-bit accesses: the
+//! device reads a descriptor's flags, then (after a read barrier) the rest
+//! of it, and writes a used descriptor's id and length, then (after a write
+//! barrier) its flags, as section 2.8.21 requires.
+
+use crate::dirtylog::{LogError, WriteLog};
+use crate::memory::Region;
+use crate::vring::{
+    indirect_count, positions, read_indirect_bytes, Chain, ChainBuilder, GuestMemory, Iov, RingFeatures, RingLayout,
+    UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
+};
+
+/// `VRING_PACKED_DESC_F_AVAIL`.
+pub(crate) const DESC_F_AVAIL: u16 = 1 << 7;
+/// `VRING_PACKED_DESC_F_USED`.
+pub(crate) const DESC_F_USED: u16 = 1 << 15;
+/// `VRING_PACKED_EVENT_FLAG_ENABLE`: notify on every buffer.
+pub(crate) const EVENT_FLAG_ENABLE: u16 = 0;
+/// `VRING_PACKED_EVENT_FLAG_DISABLE`: do not notify.
+pub(crate) const EVENT_FLAG_DISABLE: u16 = 1;
+/// `VRING_PACKED_EVENT_FLAG_DESC`: notify at one position (event-idx).
+pub(crate) const EVENT_FLAG_DESC: u16 = 2;
+/// The wrap counter's bit in an event's `off_wrap` and in each half of the
+/// packed `VHOST_*_VRING_BASE` value (`VRING_PACKED_EVENT_F_WRAP_CTR`).
+const WRAP_BIT: u16 = 1 << 15;
+
+/// Byte offsets inside a packed descriptor (`struct vring_packed_desc`).
+const DESC_LEN_OFFSET: u64 = 8;
+const DESC_FLAGS_OFFSET: u64 = 14;
+/// Byte offsets inside an event suppression area
+/// (`struct vring_packed_desc_event`).
+const EVENT_OFF_WRAP_OFFSET: u64 = 0;
+const EVENT_FLAGS_OFFSET: u64 = 2;
+/// Size of an event suppression area.
+pub(crate) const EVENT_SIZE: u64 = 4;
+
+/// One packed descriptor as the guest wrote it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PackedDesc {
+    addr: u64,
+    len: u32,
+    id: u16,
+    flags: u16,
+}
+
+impl PackedDesc {
+    fn parse(bytes: &[u8; 16]) -> Self {
+        let mut addr = [0u8; 8];
+        addr.copy_from_slice(&bytes[..8]);
+        PackedDesc {
+            addr: u64::from_le_bytes(addr),
+            len: u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
+            id: u16::from_le_bytes([bytes[12], bytes[13]]),
+            flags: u16::from_le_bytes([bytes[14], bytes[15]]),
+        }
+    }
+
+    fn writable(&self) -> bool {
+        self.flags & DESC_F_WRITE != 0
+    }
+}
+
+/// Whether descriptor flags `flags` mark it available in the lap whose
+/// wrap counter is `wrap`.
+fn is_avail(flags: u16, wrap: bool) -> bool {
+    (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) != wrap
+}
+
+/// The flags of a used descriptor written in the lap `wrap`.
+fn used_flags(wrap: bool) -> u16 {
+    if wrap {
+        DESC_F_AVAIL | DESC_F_USED
+    } else {
+        0
+    }
+}
+
+/// A position in the ring: an index and the wrap counter of its lap.
+///
+/// # Invariants
+///
+/// `index` is below the ring's `num` (which is at most 32768, so the index
+/// fits the 15 bits the encodings give it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Position {
+    index: u16,
+    wrap: bool,
+}
+
+impl Position {
+    /// A fresh ring's first position: index 0, wrap counter 1.
+    pub(crate) const START: Position = Position { index: 0, wrap: true };
+
+    /// The position encoded as `off_wrap` encodes it (and each half of
+    /// the packed ring base): the index in bits 0-14, the wrap counter in
+    /// bit 15. `None` if the index is outside a ring of `num`.
+    fn decode(bits: u16, num: u16) -> Option<Self> {
+        let index = bits & !WRAP_BIT;
+        (index < num).then_some(Position { index, wrap: bits & WRAP_BIT != 0 })
+    }
+
+    fn encode(self) -> u16 {
+        self.index | if self.wrap { WRAP_BIT } else { 0 }
+    }
+
+    /// `n` positions further on, in a ring of `num`, with `n <= num`.
+    fn advance(self, n: u16, num: u16) -> Self {
+        // Below 2 * 32768: no overflow in u32.
+        let sum = u32::from(self.index) + u32::from(n);
+        if sum >= u32::from(num) {
+            Position { index: (sum - u32::from(num)) as u16, wrap: !self.wrap }
+        } else {
+            Position { index: sum as u16, wrap: self.wrap }
+        }
+    }
+
+    /// `n` positions back, in a ring of `num`, with `n <= num`.
+    fn back(self, n: u16, num: u16) -> Self {
+        if n <= self.index {
+            Position { index: self.index - n, wrap: self.wrap }
+        } else {
+            Position { index: self.index + num - n, wrap: !self.wrap }
+        }
+    }
+}
+
+/// The packed encoding of `VHOST_SET/GET_VRING_BASE` (QEMU's and
+/// vhost-vdpa's): the next avail position in bits 0-15, the next used
+/// position in bits 16-31, each as `off_wrap` encodes a position.
+pub(crate) const FRESH_BASE: u32 = (WRAP_BIT as u32) << 16 | WRAP_BIT as u32;
+
+/// The device side of one packed virtqueue.
+///
+/// # Invariants
+///
+/// `num` is a power of two in `1..=32768` (the split ring's rule, which
+/// `VHOST_SET_VRING_NUM` keeps for both formats); `desc`, `driver` and
+/// `device` are the owner-virtual addresses of the descriptor ring and the
+/// driver and device event areas. Positions are inside the ring.
+/// `in_flight + seen_ahead <= num`: chains popped and not yet used, and
+/// positions the device saw available and put back, never cover more than
+/// the ring.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackedRing {
+    num: u16,
+    desc: u64,
+    driver: u64,
+    device: u64,
+    features: RingFeatures,
+    /// Where the next available chain starts.
+    next_avail: Position,
+    /// Where the next used descriptor goes.
+    next_used: Position,
+    /// Positions of chains popped and not yet returned.
+    in_flight: u16,
+    /// Positions past `next_avail` that were seen available and put back
+    /// ([`PackedRing::unpop`]): a kick for them is not news.
+    seen_ahead: u16,
+    /// Positions used since [`PackedRing::should_notify`] last looked.
+    unsignalled: u32,
+    /// `should_notify` has looked at least once since the event-idx state
+    /// was last reset: `unsignalled` counts from a point the guest saw.
+    signalled_valid: bool,
+    /// The descriptor ring's guest-physical address, if its writes are
+    /// logged.
+    desc_log: Option<u64>,
+    /// The device event area's guest-physical address, if its writes are
+    /// logged (`log_guest_addr`, as QEMU gives it for a packed ring).
+    device_log: Option<u64>,
+}
+
+impl PackedRing {
+    /// A packed ring at `layout` (whose `avail` and `used` are the driver
+    /// and device event areas, as `VHOST_SET_VRING_ADDR` gives them),
+    /// resuming at the packed-encoded `base`. `desc_log` is the descriptor
+    /// ring's guest-physical address if its writes are logged. `None` if
+    /// `layout.num` is not a power of two up to 32768, or `base` holds a
+    /// position outside the ring.
+    pub(crate) fn resume(layout: RingLayout, desc_log: Option<u64>, base: u32, features: RingFeatures) -> Option<Self> {
+        if layout.num == 0 || layout.num > MAX_NUM || !layout.num.is_power_of_two() {
+            return None;
+        }
+        let num = u16::try_from(layout.num).ok()?;
+        Some(PackedRing {
+            num,
+            desc: layout.desc,
+            driver: layout.avail,
+            device: layout.used,
+            features,
+            next_avail: Position::decode(base as u16, num)?,
+            next_used: Position::decode((base >> 16) as u16, num)?,
+            in_flight: 0,
+            seen_ahead: 0,
+            unsignalled: 0,
+            signalled_valid: false,
+            desc_log: layout.used_log.and(desc_log),
+            device_log: layout.used_log,
+        })
+    }
+
+    /// Where the ring stands, in the packed encoding of
+    /// `VHOST_GET_VRING_BASE`.
+    pub(crate) fn base(&self) -> u32 {
+        u32::from(self.next_used.encode()) << 16 | u32::from(self.next_avail.encode())
+    }
+
+    /// Whether `base` is a position a ring of `num` entries can resume at.
+    pub(crate) fn base_fits(base: u32, num: u32) -> bool {
+        let Ok(num) = u16::try_from(num) else { return false };
+        Position::decode(base as u16, num).is_some() && Position::decode((base >> 16) as u16, num).is_some()
+    }
+
+    /// See [`crate::vring::Vring::set_features`].
+    pub(crate) fn set_features(&mut self, features: RingFeatures) {
+        if features.event_idx != self.features.event_idx {
+            self.signalled_valid = false;
+        }
+        self.features = features;
+    }
+
+    /// Byte sizes of the descriptor ring and the two event areas.
+    pub(crate) fn sizes(num: u32) -> (u64, u64, u64) {
+        (DESC_SIZE * u64::from(num), EVENT_SIZE, EVENT_SIZE)
+    }
+
+    /// The guest address of the device event area's flags.
+    pub(crate) fn device_flags_addr_of(device: u64) -> u64 {
+        device + EVENT_FLAGS_OFFSET
+    }
+
+    /// The guest address of the driver event area's flags.
+    pub(crate) fn driver_flags_addr_of(driver: u64) -> u64 {
+        driver + EVENT_FLAGS_OFFSET
+    }
+
+    fn desc_addr(&self, index: u16) -> u64 {
+        self.desc + DESC_SIZE * u64::from(index)
+    }
+
+    /// Logs a write of `len` bytes at byte `offset` of the area whose
+    /// guest-physical address is `gpa`, once the write is visible; as in
+    /// the split ring, a log that cannot be written does not stop the ring.
+    fn log<M: GuestMemory, L: WriteLog>(mem: &M, log: &L, gpa: Option<u64>, offset: u64, len: u64) {
+        let Some(gpa) = gpa.and_then(|gpa| gpa.checked_add(offset)) else { return };
+        mem.wmb();
+        let _unwritable: Result<(), LogError> = log.mark(gpa, len);
+    }
+
+    /// Whether the descriptor at `at` is available.
+    fn avail_at<M: GuestMemory>(&self, mem: &M, at: Position) -> Result<bool, VringError> {
+        let flags = mem.read_u16(self.desc_addr(at.index) + DESC_FLAGS_OFFSET)?;
+        Ok(is_avail(flags, at.wrap))
+    }
+
+    /// Whether a chain is available at the next avail position.
+    pub(crate) fn has_avail<M: GuestMemory>(&self, mem: &M) -> Result<bool, VringError> {
+        self.avail_at(mem, self.next_avail)
+    }
+
+    /// Takes the next available chain, translating its buffers through
+    /// `regions` into `iov`. Returns `Ok(None)` when none is available.
+    ///
+    /// A chain is its descriptors up to the first without `NEXT`, or one
+    /// descriptor with `INDIRECT` (and without `NEXT`) whose table's
+    /// `len / 16` descriptors are all its buffers; its buffer id is the last
+    /// descriptor's. On error nothing is consumed.
+    pub(crate) fn pop<M: GuestMemory>(
+        &mut self,
+        mem: &M,
+        regions: &[Region],
+        iov: &mut [Iov],
+    ) -> Result<Option<Chain>, VringError> {
+        let first = self.next_avail;
+        if !self.avail_at(mem, first)? {
+            return Ok(None);
+        }
+        // The descriptor's other fields only after the flags that made it
+        // available, and the rest of the chain, which the driver wrote
+        // before them.
+        mem.rmb();
+        let mut builder = ChainBuilder::new(regions, iov);
+        // A chain cannot hold more positions than the ring has free: a
+        // longer one never ends (NEXT all round the ring).
+        let room = self.num - self.in_flight;
+        let mut at = first;
+        let mut count: u16 = 0;
+        let id = loop {
+            if count == room {
+                return Err(VringError::Loop);
+            }
+            let mut bytes = [0u8; 16];
+            mem.read(self.desc_addr(at.index), &mut bytes)?;
+            let desc = PackedDesc::parse(&bytes);
+            count += 1;
+            at = at.advance(1, self.num);
+            if desc.flags & DESC_F_INDIRECT != 0 {
+                if !self.features.indirect || desc.flags & DESC_F_NEXT != 0 || count != 1 {
+                    return Err(VringError::IndirectNotAllowed);
+                }
+                // Inside the table only WRITE counts; NEXT, INDIRECT and
+                // the ids are reserved and ignored (section 2.8.19).
+                for i in 0..indirect_count(desc.len)? {
+                    let entry = PackedDesc::parse(&read_indirect_bytes(mem, regions, desc.addr, i)?);
+                    builder.push(entry.addr, entry.len, entry.writable())?;
+                }
+                break desc.id;
+            }
+            builder.push(desc.addr, desc.len, desc.writable())?;
+            if desc.flags & DESC_F_NEXT == 0 {
+                break desc.id;
+            }
+        };
+        if id >= self.num {
+            return Err(VringError::BadHead);
+        }
+        self.next_avail = at;
+        self.in_flight += count;
+        self.seen_ahead = self.seen_ahead.saturating_sub(count);
+        Ok(Some(builder.finish(id, count)))
+    }
+
+    /// Puts back the last popped chains, which took `positions` positions
+    /// (see [`positions`]).
+    pub(crate) fn unpop(&mut self, positions: u32) {
+        // INVARIANT: never more than is in flight, so the sum is kept.
+        let back = u16::try_from(positions).unwrap_or(u16::MAX).min(self.in_flight);
+        self.next_avail = self.next_avail.back(back, self.num);
+        self.in_flight -= back;
+        self.seen_ahead += back;
+    }
+
+    /// Returns `elems` (popped chains, in any order) as used descriptors,
+    /// at the next used positions. The ids and lengths go first, then the
+    /// flags, the first element's last, so that the driver, which looks at
+    /// that one first, sees the whole batch at once.
+    pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+        elems: &[UsedElem],
+    ) -> Result<(), VringError> {
+        let Some((first, rest)) = elems.split_first() else { return Ok(()) };
+        let total = positions(elems);
+        let Some(in_flight) = u32::from(self.in_flight).checked_sub(total) else {
+            // Returning more than was taken: a caller's bug, not the guest's.
+            return Err(VringError::BadUsed);
+        };
+        let start = self.next_used;
+        let mut at = start;
+        for elem in elems {
+            let mut bytes = [0u8; 6];
+            bytes[..4].copy_from_slice(&elem.len.to_le_bytes());
+            bytes[4..].copy_from_slice(&elem.head.to_le_bytes());
+            mem.write(self.desc_addr(at.index) + DESC_LEN_OFFSET, &bytes)?;
+            at = at.advance(elem.positions, self.num);
+        }
+        // The ids and lengths before the flags that expose them.
+        mem.wmb();
+        let mut flag_at = start.advance(first.positions, self.num);
+        for elem in rest {
+            mem.write_u16(self.desc_addr(flag_at.index) + DESC_FLAGS_OFFSET, used_flags(flag_at.wrap))?;
+            flag_at = flag_at.advance(elem.positions, self.num);
+        }
+        if !rest.is_empty() {
+            mem.wmb();
+        }
+        mem.write_u16(self.desc_addr(start.index) + DESC_FLAGS_OFFSET, used_flags(start.wrap))?;
+        self.log_span(mem, log, start, at);
+        self.next_used = at;
+        // INVARIANT: `total` was in flight; it is no more.
+        self.in_flight = in_flight as u16;
+        self.unsignalled = self.unsignalled.saturating_add(total);
+        Ok(())
+    }
+
+    /// Logs the descriptors from `from` up to (not including) `to`, a span
+    /// of at most one lap.
+    fn log_span<M: GuestMemory, L: WriteLog>(&self, mem: &M, log: &L, from: Position, to: Position) {
+        if self.desc_log.is_none() {
+            return;
+        }
+        let start = DESC_SIZE * u64::from(from.index);
+        if to.index > from.index {
+            Self::log(mem, log, self.desc_log, start, DESC_SIZE * u64::from(to.index - from.index));
+        } else {
+            Self::log(mem, log, self.desc_log, start, DESC_SIZE * u64::from(self.num - from.index));
+            Self::log(mem, log, self.desc_log, 0, DESC_SIZE * u64::from(to.index));
+        }
+    }
+
+    /// Whether the guest wants an interrupt for what was used since the
+    /// last check, following the driver event area: `DISABLE`, `ENABLE`,
+    /// or with event-idx `DESC`, an interrupt once the used descriptor at
+    /// its position is written.
+    pub(crate) fn should_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+        // The used descriptors must be visible before reading the guest's
+        // suppression state (section 2.8.21.3).
+        mem.mb();
+        let added = core::mem::replace(&mut self.unsignalled, 0);
+        let valid = core::mem::replace(&mut self.signalled_valid, true);
+        if self.features.notify_on_empty && self.in_flight == 0 && !self.has_avail(mem)? {
+            return Ok(true);
+        }
+        let flags = mem.read_u16(self.driver + EVENT_FLAGS_OFFSET)?;
+        if flags == EVENT_FLAG_DISABLE {
+            return Ok(false);
+        }
+        if flags != EVENT_FLAG_DESC || !self.features.event_idx {
+            return Ok(true);
+        }
+        // A full lap or more passed every position the guest could name.
+        if !valid || added >= u32::from(self.num) {
+            return Ok(true);
+        }
+        // off_wrap only after the flags that say it is meant.
+        mem.rmb();
+        let off_wrap = mem.read_u16(self.driver + EVENT_OFF_WRAP_OFFSET)?;
+        // Positions as integers on the used lap's scale: the guest's event
+        // in the previous lap (its wrap bit differs) lies below 0.
+        let num = i64::from(self.num);
+        let mut event = i64::from(off_wrap & !WRAP_BIT);
+        if (off_wrap & WRAP_BIT != 0) != self.next_used.wrap {
+            event -= num;
+        }
+        let new = i64::from(self.next_used.index);
+        let old = new - i64::from(added);
+        Ok(old <= event && event < new)
+    }
+
+    /// Asks the guest to kick again: `ENABLE` in the device event area, or
+    /// with event-idx `DESC` at the first position the device has not seen
+    /// available. Returns true if a chain is available there already (the
+    /// caller must then go on, and charge the retry to its weight). Chains
+    /// seen and put back do not count, as in the split ring.
+    pub(crate) fn enable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
+        let unseen = self.next_avail.advance(self.seen_ahead, self.num);
+        if self.features.event_idx {
+            mem.write_u16(self.device + EVENT_OFF_WRAP_OFFSET, unseen.encode())?;
+            // The position before the flags that point at it.
+            mem.wmb();
+            mem.write_u16(self.device + EVENT_FLAGS_OFFSET, EVENT_FLAG_DESC)?;
+        } else {
+            mem.write_u16(self.device + EVENT_FLAGS_OFFSET, EVENT_FLAG_ENABLE)?;
+        }
+        Self::log(mem, log, self.device_log, 0, EVENT_SIZE);
+        // The store above must be visible before looking at the ring, or a
+        // kick could be lost.
+        mem.mb();
+        self.avail_at(mem, unseen)
+    }
+
+    /// Asks the guest not to kick while the device polls the ring.
+    pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
+        mem.write_u16(self.device + EVENT_FLAGS_OFFSET, EVENT_FLAG_DISABLE)?;
+        Self::log(mem, log, self.device_log, EVENT_FLAGS_OFFSET, 2);
+        Ok(())
+    }
+}

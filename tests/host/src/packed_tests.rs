@@ -1,0 +1,585 @@
+//! The packed ring against a mock driver that follows the virtio spec
+//! (section 2.8) as Linux's `virtio_ring.c` does: wrap counters, chains,
+//! indirect tables, buffer ids, event suppression.
+use crate::memory::{validate, Region};
+use crate::packed::*;
+use crate::ring::{Ring, RingBase};
+use crate::testmem::{Marks, NoLog, TestMem};
+use crate::vring::*;
+use std::collections::HashMap;
+
+const BASE: u64 = 0x10_0000; // owner address of guest-physical 0
+const MEM: usize = 0x40_0000;
+const DESC: u64 = BASE + 0x1000;
+const DRIVER: u64 = BASE + 0x10_000; // driver event area
+const DEVICE: u64 = BASE + 0x10_100; // device event area
+const TABLES: u64 = 0x30_000; // indirect tables (guest-physical)
+
+/// One buffer of a chain: guest address, length, device-writable.
+type Buf = (u64, u32, bool);
+
+/// The driver side of a packed ring.
+struct Driver {
+    num: u16,
+    /// Next descriptor the driver fills, and its lap.
+    avail_index: u16,
+    avail_wrap: bool,
+    /// Next descriptor the driver expects the device to use.
+    used_index: u16,
+    used_wrap: bool,
+    free_ids: Vec<u16>,
+    /// Descriptors (ring positions) each outstanding id took.
+    positions: HashMap<u16, u16>,
+}
+
+impl Driver {
+    fn new(num: u16) -> Self {
+        Driver {
+            num,
+            avail_index: 0,
+            avail_wrap: true,
+            used_index: 0,
+            used_wrap: true,
+            free_ids: (0..num).rev().collect(),
+            positions: HashMap::new(),
+        }
+    }
+
+    fn free_positions(&self) -> u16 {
+        self.num - self.positions.values().sum::<u16>()
+    }
+
+    fn put_desc(mem: &TestMem, at: u64, addr: u64, len: u32, id: u16, flags: u16) {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&addr.to_le_bytes());
+        b[8..12].copy_from_slice(&len.to_le_bytes());
+        b[12..14].copy_from_slice(&id.to_le_bytes());
+        b[14..].copy_from_slice(&flags.to_le_bytes());
+        mem.put(at, &b);
+    }
+
+    fn avail_flags(&self, wrap: bool) -> u16 {
+        if wrap {
+            DESC_F_AVAIL
+        } else {
+            DESC_F_USED
+        }
+    }
+
+    /// Makes one chain of `bufs` available (descriptors in ring order, the
+    /// first one's flags written last). Returns its buffer id.
+    fn post(&mut self, mem: &TestMem, bufs: &[Buf]) -> u16 {
+        assert!(bufs.len() as u16 <= self.free_positions());
+        let id = self.free_ids.pop().expect("a free id");
+        let (first_index, first_wrap) = (self.avail_index, self.avail_wrap);
+        let mut first_flags = 0;
+        for (i, &(addr, len, writable)) in bufs.iter().enumerate() {
+            let mut flags = self.avail_flags(self.avail_wrap);
+            if i + 1 < bufs.len() {
+                flags |= DESC_F_NEXT;
+            }
+            if writable {
+                flags |= DESC_F_WRITE;
+            }
+            let at = DESC + 16 * u64::from(self.avail_index);
+            if i == 0 {
+                // Not available yet: the other lap's flags.
+                Self::put_desc(mem, at, addr, len, id, self.avail_flags(!first_wrap));
+                first_flags = flags;
+            } else {
+                Self::put_desc(mem, at, addr, len, id, flags);
+            }
+            self.step_avail();
+        }
+        // The first descriptor becomes available last.
+        mem.put_u16(DESC + 16 * u64::from(first_index) + 14, first_flags);
+        self.positions.insert(id, bufs.len() as u16);
+        id
+    }
+
+    /// Makes one indirect chain available: the table at guest-physical
+    /// `table` holds `bufs` (with junk in the reserved fields, which the
+    /// device must ignore).
+    fn post_indirect(&mut self, mem: &TestMem, table: u64, bufs: &[Buf]) -> u16 {
+        for (i, &(addr, len, writable)) in bufs.iter().enumerate() {
+            let flags = if writable { DESC_F_WRITE } else { 0 } | DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_AVAIL;
+            Self::put_desc(mem, BASE + table + 16 * i as u64, addr, len, 0xbeef, flags);
+        }
+        let id = self.free_ids.pop().expect("a free id");
+        let flags = self.avail_flags(self.avail_wrap) | DESC_F_INDIRECT;
+        Self::put_desc(mem, DESC + 16 * u64::from(self.avail_index), table, 16 * bufs.len() as u32, id, flags);
+        self.step_avail();
+        self.positions.insert(id, 1);
+        id
+    }
+
+    fn step_avail(&mut self) {
+        self.avail_index += 1;
+        if self.avail_index == self.num {
+            self.avail_index = 0;
+            self.avail_wrap = !self.avail_wrap;
+        }
+    }
+
+    /// Takes the next used descriptor, if the device wrote one: (id, len).
+    fn take_used(&mut self, mem: &TestMem) -> Option<(u16, u32)> {
+        let at = DESC + 16 * u64::from(self.used_index);
+        let flags = mem.get_u16(at + 14);
+        let used = (flags & DESC_F_USED != 0) == self.used_wrap && (flags & DESC_F_AVAIL != 0) == self.used_wrap;
+        if !used {
+            return None;
+        }
+        let b = mem.get(at + 8, 6);
+        let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let id = u16::from_le_bytes([b[4], b[5]]);
+        let positions = self.positions.remove(&id).expect("the device used an id it was not given");
+        for _ in 0..positions {
+            self.used_index += 1;
+            if self.used_index == self.num {
+                self.used_index = 0;
+                self.used_wrap = !self.used_wrap;
+            }
+        }
+        self.free_ids.push(id);
+        Some((id, len))
+    }
+
+    /// Asks for an interrupt at the used position `n` descriptors ahead.
+    fn event_at(&self, mem: &TestMem, ahead: u16) {
+        let mut index = u32::from(self.used_index) + u32::from(ahead);
+        let mut wrap = self.used_wrap;
+        if index >= u32::from(self.num) {
+            index -= u32::from(self.num);
+            wrap = !wrap;
+        }
+        mem.put_u16(DRIVER, index as u16 | if wrap { 1 << 15 } else { 0 });
+        mem.put_u16(DRIVER + 2, EVENT_FLAG_DESC);
+    }
+}
+
+struct Rig {
+    mem: TestMem,
+    regions: Vec<Region>,
+    ring: PackedRing,
+    driver: Driver,
+    iov: Vec<Iov>,
+}
+
+fn layout(num: u32) -> RingLayout {
+    RingLayout { num, desc: DESC, avail: DRIVER, used: DEVICE, used_log: None }
+}
+
+fn f() -> RingFeatures {
+    RingFeatures { event_idx: false, indirect: true, notify_on_empty: false }
+}
+
+fn rig(num: u16, feats: RingFeatures) -> Rig {
+    let mem = TestMem::new(BASE, MEM);
+    let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
+    validate(&mut regions, 64).unwrap();
+    let ring = PackedRing::resume(layout(u32::from(num)), None, FRESH_BASE, feats).unwrap();
+    Rig { mem, regions, ring, driver: Driver::new(num), iov: vec![Iov::default(); MAX_SEGMENTS] }
+}
+
+impl Rig {
+    fn pop(&mut self) -> Result<Option<Chain>, VringError> {
+        self.ring.pop(&self.mem, &self.regions, &mut self.iov)
+    }
+    fn post(&mut self, bufs: &[Buf]) -> u16 {
+        self.driver.post(&self.mem, bufs)
+    }
+}
+
+/// Buffers of a 1..=3 descriptor chain, `seed` choosing lengths and
+/// directions (readable ones first).
+fn chain_of(seed: u64) -> Vec<Buf> {
+    let count = 1 + (seed % 3) as usize;
+    let writable_from = (seed / 3 % (count as u64 + 1)) as usize;
+    (0..count).map(|i| (0x8_0000 + 0x1000 * i as u64, 1 + (seed as u32 >> 4) % 1500, i >= writable_from)).collect()
+}
+
+#[test]
+fn fresh_base_and_encoding() {
+    assert_eq!(FRESH_BASE, 0x8000_8000);
+    let r = rig(256, f());
+    assert_eq!(r.ring.base(), FRESH_BASE);
+    assert!(PackedRing::base_fits(0x8000_8000, 1));
+    assert!(PackedRing::base_fits(0x00ff_80ff, 256));
+    assert!(!PackedRing::base_fits(0x0100_0000, 256));
+    assert!(!PackedRing::base_fits(0x0000_0100, 256));
+    assert!(!PackedRing::base_fits(0, 65536));
+    assert!(PackedRing::resume(layout(256), None, 0x0000_0100, f()).is_none());
+    assert!(PackedRing::resume(layout(3), None, 0, f()).is_none());
+    assert!(PackedRing::resume(layout(65536), None, 0, f()).is_none());
+    assert!(PackedRing::resume(layout(32768), None, 0xffff_ffff, f()).is_some());
+}
+
+#[test]
+fn chains_across_a_thousand_wraps() {
+    for num in [1u16, 2, 8, 64] {
+        let mut r = rig(num, f());
+        let mut seed = 0x1234_5678_u64;
+        let mut laps = 0u32;
+        let mut last_wrap = true;
+        let mut total = 0u64;
+        while laps < 1000 {
+            // The driver fills what it can, up to a random batch.
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let mut posted = Vec::new();
+            loop {
+                let bufs = chain_of(seed >> 20 ^ total);
+                if bufs.len() as u16 > r.driver.free_positions() || posted.len() > (seed >> 40) as usize % 5 {
+                    break;
+                }
+                let id = r.post(&bufs);
+                posted.push((id, bufs));
+                total += 1;
+            }
+            // The device takes every posted chain, in order, and returns
+            // them in one batch in reverse order.
+            let mut used = Vec::new();
+            for (id, bufs) in &posted {
+                let chain = r.pop().unwrap().expect("a posted chain");
+                assert_eq!(chain.head, *id);
+                assert_eq!(chain.positions as usize, bufs.len());
+                let out: u64 = bufs.iter().filter(|b| !b.2).map(|b| u64::from(b.1)).sum();
+                let inn: u64 = bufs.iter().filter(|b| b.2).map(|b| u64::from(b.1)).sum();
+                assert_eq!((chain.out_len, chain.in_len), (out, inn));
+                used.push(UsedElem::of(&chain, chain.in_len as u32));
+            }
+            assert_eq!(r.pop().unwrap(), None);
+            used.reverse();
+            r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
+            for elem in used.iter() {
+                assert_eq!(r.driver.take_used(&r.mem), Some((elem.head, elem.len)));
+            }
+            assert_eq!(r.driver.take_used(&r.mem), None);
+            if r.driver.used_wrap != last_wrap {
+                last_wrap = r.driver.used_wrap;
+                laps += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn stop_and_resume_at_the_base() {
+    let mut r = rig(16, f());
+    for round in 0..100u64 {
+        let id = r.post(&chain_of(round * 7));
+        let chain = r.pop().unwrap().unwrap();
+        assert_eq!(chain.head, id);
+        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
+        assert_eq!(r.driver.take_used(&r.mem).map(|u| u.0), Some(id));
+        // Stop (GET_VRING_BASE) and resume (SET_VRING_BASE) every few
+        // chains: the base says exactly where both sides are.
+        if round % 3 == 0 {
+            let base = r.ring.base();
+            let avail = u32::from(r.driver.avail_index) | u32::from(r.driver.avail_wrap) << 15;
+            let used = u32::from(r.driver.used_index) | u32::from(r.driver.used_wrap) << 15;
+            assert_eq!(base, used << 16 | avail, "round {round}");
+            r.ring = PackedRing::resume(layout(16), None, base, f()).unwrap();
+        }
+    }
+    // Two chains posted, one taken: the base points at the second.
+    r.post(&[(0x8000, 10, false)]);
+    let second = r.post(&[(0x8000, 10, false)]);
+    let first = r.pop().unwrap().unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&first, 0)]).unwrap();
+    r.ring = PackedRing::resume(layout(16), None, r.ring.base(), f()).unwrap();
+    assert_eq!(r.pop().unwrap().unwrap().head, second);
+}
+
+#[test]
+fn malformed_chains_consume_nothing() {
+    type Setup = fn(&mut Rig);
+    let cases: [(&str, Setup, VringError); 9] = [
+        ("chain around the whole ring", |r| {
+            for i in 0..8u16 {
+                Driver::put_desc(&r.mem, DESC + 16 * u64::from(i), 0x8000, 1, 0, DESC_F_AVAIL | DESC_F_NEXT);
+            }
+        }, VringError::Loop),
+        ("buffer id past the ring", |r| {
+            Driver::put_desc(&r.mem, DESC, 0x8000, 1, 8, DESC_F_AVAIL);
+        }, VringError::BadHead),
+        ("indirect with NEXT", |r| {
+            Driver::put_desc(&r.mem, DESC, TABLES, 32, 0, DESC_F_AVAIL | DESC_F_INDIRECT | DESC_F_NEXT);
+        }, VringError::IndirectNotAllowed),
+        ("indirect after a plain descriptor", |r| {
+            Driver::put_desc(&r.mem, DESC + 16, TABLES, 32, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
+            Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_AVAIL | DESC_F_NEXT);
+        }, VringError::IndirectNotAllowed),
+        ("indirect table of 24 bytes", |r| {
+            Driver::put_desc(&r.mem, DESC, TABLES, 24, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
+        }, VringError::BadIndirectLen),
+        ("empty indirect table", |r| {
+            Driver::put_desc(&r.mem, DESC, TABLES, 0, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
+        }, VringError::BadIndirectLen),
+        ("readable after writable", |r| {
+            Driver::put_desc(&r.mem, DESC + 16, 0x8000, 1, 0, DESC_F_AVAIL);
+            Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_AVAIL | DESC_F_NEXT | DESC_F_WRITE);
+        }, VringError::OutAfterIn),
+        ("buffer outside guest memory", |r| {
+            Driver::put_desc(&r.mem, DESC, MEM as u64 - 4, 16, 0, DESC_F_AVAIL);
+        }, VringError::NotMapped),
+        ("length overflow", |r| {
+            r.regions = vec![Region::new(0, 1 << 40, BASE, 1 << 47).unwrap()];
+            Driver::put_desc(&r.mem, DESC + 16, 0, u32::MAX, 0, DESC_F_AVAIL);
+            Driver::put_desc(&r.mem, DESC, 0, u32::MAX, 0, DESC_F_AVAIL | DESC_F_NEXT);
+        }, VringError::LenOverflow),
+    ];
+    for (what, setup, want) in cases {
+        let mut r = rig(8, f());
+        setup(&mut r);
+        assert_eq!(r.pop(), Err(want), "{what}");
+        // Nothing consumed: the same error again, and the base unmoved.
+        assert_eq!(r.pop(), Err(want), "{what}");
+        assert_eq!(r.ring.base(), FRESH_BASE, "{what}");
+    }
+    // Indirect descriptors without the feature.
+    let mut r = rig(8, RingFeatures { indirect: false, ..f() });
+    r.driver.post_indirect(&r.mem, TABLES, &[(0x8000, 10, false)]);
+    assert_eq!(r.pop(), Err(VringError::IndirectNotAllowed));
+}
+
+#[test]
+fn chains_in_flight_never_exceed_the_ring() {
+    // A guest that marks descriptors available again before the device
+    // returned them cannot make it take more than the ring holds.
+    let mut r = rig(4, f());
+    for _ in 0..4 {
+        r.post(&[(0x8000, 1, false)]);
+    }
+    for _ in 0..4 {
+        r.pop().unwrap().unwrap();
+    }
+    // The driver's next lap, written over descriptors still in flight.
+    Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_USED);
+    assert_eq!(r.pop(), Err(VringError::Loop));
+    // Returning more than was taken is refused, not believed.
+    let elem = UsedElem { head: 0, len: 0, positions: 5 };
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[elem]), Err(VringError::BadUsed));
+}
+
+#[test]
+fn indirect_tables_ignore_reserved_flags() {
+    let mut r = rig(8, f());
+    let bufs = [(0x8000, 10, false), (0x9000, 20, false), (0xa000, 30, true)];
+    let id = r.driver.post_indirect(&r.mem, TABLES, &bufs);
+    let chain = r.pop().unwrap().unwrap();
+    // All three entries, though each says NEXT and INDIRECT.
+    assert_eq!((chain.head, chain.positions, chain.out, chain.inn, chain.out_len, chain.in_len), (id, 1, 2, 1, 30, 30));
+    assert_eq!(r.iov[2], Iov { gpa: 0xa000, addr: BASE + 0xa000, len: 30 });
+    // Readable after writable inside a table is still refused.
+    let mut r = rig(8, f());
+    r.driver.post_indirect(&r.mem, TABLES, &[(0x8000, 10, true), (0x9000, 20, false)]);
+    assert_eq!(r.pop(), Err(VringError::OutAfterIn));
+}
+
+#[test]
+fn first_used_flags_are_written_last() {
+    let mut r = rig(8, f());
+    let mut used = Vec::new();
+    for bufs in [vec![(0x8000, 1, false)], vec![(0x8000, 1, false), (0x9000, 1, false)], vec![(0x8000, 1, false)]] {
+        r.post(&bufs);
+        let chain = r.pop().unwrap().unwrap();
+        used.push(UsedElem::of(&chain, 0));
+    }
+    r.mem.writes.borrow_mut().clear();
+    r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
+    let flags_at = |index: u64| (DESC + 16 * index + 14, 2usize);
+    let writes = r.mem.writes.borrow().clone();
+    // Ids and lengths (6 bytes at offset 8) at positions 0, 1 and 3, then
+    // the flags of 1 and 3, then those of 0.
+    let bodies: Vec<_> = writes.iter().take(3).cloned().collect();
+    assert_eq!(bodies, vec![(DESC + 8, 6), (DESC + 16 + 8, 6), (DESC + 48 + 8, 6)]);
+    assert_eq!(&writes[3..], &[flags_at(1), flags_at(3), flags_at(0)]);
+    for _ in 0..3 {
+        assert!(r.driver.take_used(&r.mem).is_some());
+    }
+}
+
+#[test]
+fn event_suppression() {
+    // Without event-idx: the driver's ENABLE and DISABLE.
+    let mut r = rig(8, f());
+    let use_one = |r: &mut Rig| {
+        r.post(&[(0x8000, 1, false)]);
+        let chain = r.pop().unwrap().unwrap();
+        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
+        r.driver.take_used(&r.mem).unwrap();
+    };
+    use_one(&mut r);
+    assert!(r.ring.should_notify(&r.mem).unwrap());
+    r.mem.put_u16(DRIVER + 2, EVENT_FLAG_DISABLE);
+    use_one(&mut r);
+    assert!(!r.ring.should_notify(&r.mem).unwrap());
+    // DESC means nothing without event-idx: notify.
+    r.mem.put_u16(DRIVER + 2, EVENT_FLAG_DESC);
+    use_one(&mut r);
+    assert!(r.ring.should_notify(&r.mem).unwrap());
+
+    // With event-idx: an interrupt when the named position is used, across
+    // the wrap, and after a whole lap whatever it names.
+    let ev = RingFeatures { event_idx: true, ..f() };
+    let mut r = rig(8, ev);
+    use_one(&mut r);
+    assert!(r.ring.should_notify(&r.mem).unwrap(), "the first check always notifies");
+    for round in 0..40 {
+        // Ask for the 3rd used descriptor from here.
+        r.driver.event_at(&r.mem, 2);
+        use_one(&mut r);
+        assert!(!r.ring.should_notify(&r.mem).unwrap(), "round {round}: 1st");
+        use_one(&mut r);
+        assert!(!r.ring.should_notify(&r.mem).unwrap(), "round {round}: 2nd");
+        use_one(&mut r);
+        assert!(r.ring.should_notify(&r.mem).unwrap(), "round {round}: 3rd");
+    }
+    // A batch that passes the position notifies once; the next does not.
+    r.driver.event_at(&r.mem, 1);
+    let mut batch = Vec::new();
+    for _ in 0..3 {
+        r.post(&[(0x8000, 1, false)]);
+        batch.push(UsedElem::of(&r.pop().unwrap().unwrap(), 0));
+    }
+    r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
+    assert!(r.ring.should_notify(&r.mem).unwrap());
+    use_one(&mut r);
+    assert!(!r.ring.should_notify(&r.mem).unwrap());
+    // A whole lap in one batch: notify, whatever the event names (the
+    // ring indices are back where they were).
+    let mut r = rig(8, ev);
+    use_one(&mut r);
+    r.ring.should_notify(&r.mem).unwrap();
+    r.driver.event_at(&r.mem, 20);
+    let mut batch = Vec::new();
+    for _ in 0..8 {
+        r.post(&[(0x8000, 1, false)]);
+        batch.push(UsedElem::of(&r.pop().unwrap().unwrap(), 0));
+    }
+    r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
+    assert!(r.ring.should_notify(&r.mem).unwrap());
+}
+
+#[test]
+fn enable_notify_reports_only_new_chains() {
+    for event_idx in [false, true] {
+        let mut r = rig(8, RingFeatures { event_idx, ..f() });
+        r.ring.disable_notify(&r.mem, &NoLog).unwrap();
+        assert_eq!(r.mem.get_u16(DEVICE + 2), EVENT_FLAG_DISABLE);
+        assert!(!r.ring.enable_notify(&r.mem, &NoLog).unwrap());
+        let want_flags = if event_idx { EVENT_FLAG_DESC } else { EVENT_FLAG_ENABLE };
+        assert_eq!(r.mem.get_u16(DEVICE + 2), want_flags);
+        // Two chains seen and put back (a packet that needed more
+        // buffers): not news.
+        r.post(&[(0x8000, 1, true), (0x9000, 1, true)]);
+        r.post(&[(0x8000, 1, true)]);
+        let first = r.pop().unwrap().unwrap();
+        let second = r.pop().unwrap().unwrap();
+        r.ring.unpop(positions(&[UsedElem::of(&first, 0), UsedElem::of(&second, 0)]));
+        assert!(!r.ring.enable_notify(&r.mem, &NoLog).unwrap(), "event_idx {event_idx}");
+        if event_idx {
+            // The device wants a kick for position 3, lap 1.
+            assert_eq!(r.mem.get_u16(DEVICE), 3 | 1 << 15);
+        }
+        // A new one is.
+        r.post(&[(0x8000, 1, true)]);
+        assert!(r.ring.enable_notify(&r.mem, &NoLog).unwrap());
+        // The put-back chains come again, in order.
+        assert_eq!(r.pop().unwrap().unwrap(), first);
+        assert_eq!(r.pop().unwrap().unwrap(), second);
+    }
+}
+
+#[test]
+fn ring_writes_are_logged() {
+    const DEVICE_LOG: u64 = 0x77_0000;
+    const DESC_LOG: u64 = DESC - BASE;
+    let mut r = rig(8, f());
+    let logged = RingLayout { used_log: Some(DEVICE_LOG), ..layout(8) };
+    // Both sides at position 6 of the first lap.
+    let base = (6 | 1 << 15) << 16 | 6 | 1 << 15;
+    r.ring = PackedRing::resume(logged, Some(DESC_LOG), base, f()).unwrap();
+    (r.driver.avail_index, r.driver.used_index) = (6, 6);
+    // Chains at 6-7 and 0: the used span wraps.
+    r.post(&[(0x8000, 1, false), (0x9000, 1, false)]);
+    r.post(&[(0x8000, 1, false)]);
+    let used: Vec<_> = (0..2).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect();
+    let marks = Marks::default();
+    r.ring.add_used(&r.mem, &marks, &used).unwrap();
+    assert_eq!(*marks.0.borrow(), vec![(DESC_LOG + 16 * 6, 32), (DESC_LOG, 16)]);
+    marks.0.borrow_mut().clear();
+    r.ring.enable_notify(&r.mem, &marks).unwrap();
+    r.ring.disable_notify(&r.mem, &marks).unwrap();
+    assert_eq!(*marks.0.borrow(), vec![(DEVICE_LOG, 4), (DEVICE_LOG + 2, 2)]);
+    // Without VHOST_VRING_F_LOG nothing is logged, whatever desc_log says.
+    let mut ring = PackedRing::resume(layout(8), Some(DESC_LOG), FRESH_BASE, f()).unwrap();
+    let marks = Marks::default();
+    ring.enable_notify(&r.mem, &marks).unwrap();
+    ring.add_used(&r.mem, &marks, &[]).unwrap();
+    assert!(marks.0.borrow().is_empty());
+}
+
+#[test]
+fn one_sequence_on_both_formats() {
+    // The same operations through `Ring` on a split and a packed ring: the
+    // data path sees no difference.
+    let split_layout = RingLayout { num: 8, desc: DESC, avail: BASE + 0x10_000, used: BASE + 0x20_000, used_log: None };
+    let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
+    validate(&mut regions, 64).unwrap();
+    let mut iov = vec![Iov::default(); 16];
+    for packed in [false, true] {
+        let mem = TestMem::new(BASE, MEM);
+        let mut driver = Driver::new(8);
+        let mut ring = if packed {
+            Ring::Packed(PackedRing::resume(layout(8), None, FRESH_BASE, f()).unwrap())
+        } else {
+            Ring::Split(Vring::resume(split_layout, 0, 0, f()).unwrap())
+        };
+        let mut split_idx = 0u16;
+        let mut post = |mem: &TestMem, driver: &mut Driver| {
+            if packed {
+                driver.post(mem, &[(0x8000, 100, true)]);
+            } else {
+                // A split descriptor: flags at 12, next at 14.
+                let mut b = [0u8; 16];
+                b[..8].copy_from_slice(&0x8000u64.to_le_bytes());
+                b[8..12].copy_from_slice(&100u32.to_le_bytes());
+                b[12..14].copy_from_slice(&DESC_F_WRITE.to_le_bytes());
+                mem.put(DESC, &b);
+                mem.put_u16(split_layout.avail + 4 + 2 * u64::from(split_idx % 8), 0);
+                split_idx = split_idx.wrapping_add(1);
+                mem.put_u16(split_layout.avail + 2, split_idx);
+            }
+        };
+        assert!(!ring.has_avail(&mem).unwrap());
+        for _ in 0..20 {
+            post(&mem, &mut driver);
+            post(&mem, &mut driver);
+            assert!(ring.has_avail(&mem).unwrap());
+            let a = ring.pop(&mem, &regions, &mut iov).unwrap().unwrap();
+            let b = ring.pop(&mem, &regions, &mut iov).unwrap().unwrap();
+            assert_eq!((a.in_len, b.in_len), (100, 100));
+            assert_eq!(ring.pop(&mem, &regions, &mut iov).unwrap(), None);
+            let elems = [UsedElem::of(&a, 60), UsedElem::of(&b, 60)];
+            ring.unpop(positions(&elems));
+            assert!(!ring.enable_notify(&mem, &NoLog).unwrap());
+            ring.disable_notify(&mem, &NoLog).unwrap();
+            let a2 = ring.pop(&mem, &regions, &mut iov).unwrap().unwrap();
+            let b2 = ring.pop(&mem, &regions, &mut iov).unwrap().unwrap();
+            assert_eq!((a2, b2), (a, b));
+            ring.add_used(&mem, &NoLog, &elems).unwrap();
+            assert!(ring.should_notify(&mem).unwrap());
+            if packed {
+                assert_eq!(driver.take_used(&mem), Some((a.head, 60)));
+                assert_eq!(driver.take_used(&mem), Some((b.head, 60)));
+            }
+        }
+        match ring.base() {
+            RingBase::Split { avail, used } => assert_eq!((packed, avail, used), (false, 40, 40)),
+            // 40 positions on a ring of 8: index 0, the wrap counters
+            // flipped five times (from 1 to 0).
+            RingBase::Packed(base) => assert_eq!((packed, base), (true, 0)),
+        }
+    }
+}
