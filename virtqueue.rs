@@ -703,12 +703,11 @@ impl<B: Backend> VqState<B> {
         let layout =
             RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: self.used_log };
         let features = ring_features(self.features);
+        // A packed ring's used entries go into the descriptor ring, which
+        // userspace gave by owner address only: its guest address for the
+        // log comes from the memory table.
+        let desc_log = memory::guest_address(mem, addr.desc, PackedRing::sizes(self.num).0);
         let ring = if self.packed() {
-            // A packed ring's used entries go into the descriptor ring, which
-            // userspace gave by owner address only: its guest address for
-            // the log comes from the memory table.
-            let desc_size = PackedRing::sizes(self.num).0;
-            let desc_log = memory::guest_address(mem, addr.desc, desc_size);
             if self.used_log.is_some() && desc_log.is_none() {
                 self.fail(VringError::NotMapped);
                 return;

@@ -1,11 +1,16 @@
-//! Structure-aware fuzzing of the split-ring parser: the input is a ring
-//! (size, features, descriptor table, avail ring, indices) plus a sequence
+//! Structure-aware fuzzing of the ring parsers: the input is a ring (size,
+//! features, format, descriptor table, avail ring, indices) plus a sequence
 //! of device operations, with the guest allowed to scribble between them.
+//! Bit 3 of `feats` makes it a packed ring (the descriptors in packed
+//! layout, bits 3 and 4 of their flags byte AVAIL and USED, `next` their
+//! id, `base` both positions).
 //! Every accepted chain must stay inside guest memory and the iov array.
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
 use arbitrary::Arbitrary;
 use crate::memory::{validate, Region};
 
+use crate::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED};
+use crate::ring::Ring;
 use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
@@ -47,13 +52,25 @@ pub struct Input {
 const BASE: u64 = 0x1000_0000;
 const MEM: usize = 1 << 20;
 
-fn put_desc(mem: &TestMem, at: u64, d: &D) {
+fn put_desc(mem: &TestMem, at: u64, d: &D, packed: bool) {
     let addr = if d.wild { u64::from(d.addr) << 20 } else { u64::from(d.addr) % 0xc0000 };
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&addr.to_le_bytes());
     b[8..12].copy_from_slice(&u32::from(d.len).to_le_bytes());
-    b[12..14].copy_from_slice(&u16::from(d.flags & 7).to_le_bytes());
-    b[14..].copy_from_slice(&u16::from(d.next).to_le_bytes());
+    if packed {
+        let mut flags = u16::from(d.flags & 7);
+        if d.flags & 8 != 0 {
+            flags |= DESC_F_AVAIL;
+        }
+        if d.flags & 16 != 0 {
+            flags |= DESC_F_USED;
+        }
+        b[12..14].copy_from_slice(&u16::from(d.next).to_le_bytes());
+        b[14..].copy_from_slice(&flags.to_le_bytes());
+    } else {
+        b[12..14].copy_from_slice(&u16::from(d.flags & 7).to_le_bytes());
+        b[14..].copy_from_slice(&u16::from(d.next).to_le_bytes());
+    }
     mem.put(at, &b);
 }
 
@@ -71,27 +88,37 @@ pub fn run(inp: Input) {
         indirect: inp.feats & 2 != 0,
         notify_on_empty: inp.feats & 4 != 0,
     };
+    let packed = inp.feats & 8 != 0;
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     for (i, d) in inp.descs.iter().take(num as usize).enumerate() {
-        put_desc(&mem, desc + 16 * i as u64, d);
+        put_desc(&mem, desc + 16 * i as u64, d, packed);
     }
     for (i, d) in inp.indirect.iter().take(64).enumerate() {
-        put_desc(&mem, BASE + 0x8000 + 16 * i as u64, d);
+        put_desc(&mem, BASE + 0x8000 + 16 * i as u64, d, packed);
     }
     for (i, h) in inp.avail.iter().take(num as usize).enumerate() {
         mem.put_u16(avail + 4 + 2 * i as u64, u16::from(*h));
     }
     mem.put_u16(avail + 2, inp.base);
-    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, inp.base, inp.base, feats).unwrap();
+    let layout = RingLayout { num, desc, avail, used, used_log: None };
+    let mut ring = if packed {
+        // Both positions from `base`, forced inside the ring.
+        let pos = |bits: u16| u32::from(bits & 0x8000) | u32::from(bits & 0x7fff) % num;
+        let base = pos(inp.base) | pos(inp.base.rotate_left(5)) << 16;
+        Ring::Packed(PackedRing::resume(layout, None, base, feats).unwrap())
+    } else {
+        Ring::Split(Vring::resume(layout, inp.base, inp.base, feats).unwrap())
+    };
     let mut iov = vec![Iov::default(); 1 + usize::from(inp.iov_len) % MAX_SEGMENTS];
-    let mut outstanding: u64 = 0;
+    // Chains popped and not yet returned, oldest first.
+    let mut outstanding: Vec<UsedElem> = Vec::new();
     for op in inp.ops.iter().take(256) {
         match *op {
             Op::Pop => {
-                let before = ring.last_avail_idx();
+                let before = ring.base();
                 match ring.pop(&mem, &regions, &mut iov) {
                     Ok(None) => {}
-                    Err(_) => assert_eq!(ring.last_avail_idx(), before),
+                    Err(_) => assert_eq!(ring.base(), before),
                     Ok(Some(c)) => {
                         assert!(u32::from(c.head) < num);
                         assert!(c.out + c.inn <= iov.len());
@@ -100,12 +127,18 @@ pub fn run(inp: Input) {
                         for s in &iov[..c.out + c.inn] {
                             assert!(regions.iter().any(|g| s.addr >= g.uaddr() && s.addr + s.len <= g.uaddr() + g.size()));
                         }
-                        outstanding += 1;
+                        outstanding.push(UsedElem::of(&c, 0));
+                        if packed {
+                            assert!(positions(&outstanding) <= num, "more in flight than the ring holds");
+                        }
                     }
                 }
             }
             Op::AddUsed(n) => {
-                let heads: Vec<UsedElem> = (0..u16::from(n % 4)).map(|head| UsedElem { head, len: 0, positions: 1 }).collect();
+                // Returns the oldest `n % 4` chains taken (a split ring
+                // takes any heads; a packed ring counts what it gave out).
+                let n = usize::from(n % 4).min(outstanding.len());
+                let heads: Vec<UsedElem> = outstanding.drain(..n).collect();
                 let _ = ring.add_used(&mem, &NoLog, &heads);
             }
             Op::Notify => {
@@ -118,9 +151,10 @@ pub fn run(inp: Input) {
                 let _ = ring.disable_notify(&mem, &NoLog);
             }
             Op::Unpop(n) => {
-                let n = u64::from(n).min(outstanding);
-                ring.unpop(n as u32);
-                outstanding -= n;
+                // Puts back the newest chains, as the data path does.
+                let keep = outstanding.len() - usize::from(n).min(outstanding.len());
+                ring.unpop(positions(&outstanding[keep..]));
+                outstanding.truncate(keep);
             }
             Op::Scribble(at, v) => {
                 let at = BASE + 0x1000 + (u64::from(at) % 0x6000) & !1;
