@@ -11,8 +11,9 @@
 #
 # VNR_E2E=fast (the default in `make check`) boots one guest: ping, flood,
 # counters, then kill -9 of QEMU mid-flood and unload. VNR_E2E=full (`make
-# check-e2e`) adds a clean quit, the C-driver loss comparison and, unless
-# VNR_E2E_VARIANTS=0, the four guest feature variants: six more boots.
+# check-e2e`) adds a clean quit, the C-driver loss comparison, a packed=on
+# guest on both drivers and, unless VNR_E2E_VARIANTS=0, the four guest
+# feature variants: eight more boots.
 # VNR_E2E_FLOOD (default 2000) sets the flood size.
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../scripts/lib.sh
@@ -110,6 +111,55 @@ if [ -c /dev/vhost-net ]; then
 else
 	vnr_skip "flood_loss_within_2pp_of_c" "no /dev/vhost-net"
 fi
+
+# --- the packed virtqueue -----------------------------------------------------------
+# A packed=on guest: vhost-net-rs negotiates VIRTIO_F_RING_PACKED (bit 34 of
+# the guest's virtio features, ring=packed on both queues in fdinfo) and
+# carries the ping and the flood, with a loss within 2 points of the same
+# guest on C, which has no packed ring and so runs it on split rings.
+# virtio_features DEV_ID: the guest's negotiated feature string (one 0/1
+# character per bit, bit 0 first) of its virtio device of that id.
+virtio_features() {
+	g_run "for d in /sys/bus/virtio/devices/*; do [ \"\$(cat \$d/device)\" = $1 ] && cat \$d/features; done"
+}
+packed_loss=
+for drv in rs c; do
+	if [ "$drv" = c ] && [ ! -c /dev/vhost-net ]; then vnr_skip "packed_guest_on_c_runs_split" "no /dev/vhost-net"; continue; fi
+	g_start "$drv" packed=on
+	if ! g_wait >/dev/null; then vnr_fail "packed_guest_boots_on_$drv" "$(cat "$G_LOG.qemu" 2>/dev/null)"; g_stop; continue; fi
+	# virtio-net is device id 1.
+	bit=$(virtio_features 0x0001 | cut -c35)
+	rings=$(g_fdinfo | grep -c 'ring=packed')
+	if [ "$drv" = rs ]; then
+		if [ "$bit" = 1 ] && [ "$rings" = 2 ]; then vnr_pass "packed_guest_negotiates_packed_on_rs" "feature bit 34=$bit, packed rings: $rings"
+		else vnr_fail "packed_guest_negotiates_packed_on_rs" "feature bit 34=${bit:-?}, packed rings: $rings" "$(g_fdinfo)"; fi
+		r=$(g_ping -c 200 -i 0.05 -W 2)
+		read -r tx rx _ <<<"$r"
+		if [ "$tx" = 200 ] && [ "$rx" = 200 ]; then vnr_pass "packed_ping_200_no_loss" "$r"; else vnr_fail "packed_ping_200_no_loss" "$r"; fi
+		before=$(( $(g_vq_packets 0) + $(g_vq_packets 1) ))
+		r=$(g_ping -f -c "$FLOOD" -W 2)
+		read -r tx rx packed_loss _ <<<"$r"
+		moved=$(( $(g_vq_packets 0) + $(g_vq_packets 1) - before ))
+		if [ "$tx" = "$FLOOD" ] && [ "${rx:-0}" -gt 0 ] && [ "$moved" -ge $((2 * rx)) ]; then
+			vnr_pass "packed_flood_${FLOOD}_on_rs" "$r; packets counted $moved"
+		else
+			vnr_fail "packed_flood_${FLOOD}_on_rs" "$r; packets counted $moved" "$(g_fdinfo)"
+		fi
+	else
+		if [ "$bit" = 0 ]; then vnr_pass "packed_guest_on_c_runs_split" "feature bit 34=0"
+		else vnr_fail "packed_guest_on_c_runs_split" "feature bit 34=${bit:-?}"; fi
+		r=$(g_ping -f -c "$FLOOD" -W 2)
+		read -r _ _ c_loss _ <<<"$r"
+		if [ -z "$packed_loss" ]; then
+			vnr_fail "packed_flood_loss_within_2pp_of_c" "no vhost-net-rs packed flood to compare"
+		else
+			d=$(awk -v a="$packed_loss" -v b="${c_loss:-0}" 'BEGIN { print (a - b <= 2) ? "ok" : "bad" }')
+			if [ "$d" = ok ]; then vnr_pass "packed_flood_loss_within_2pp_of_c" "rs packed ${packed_loss}% c split ${c_loss}%"
+			else vnr_fail "packed_flood_loss_within_2pp_of_c" "rs packed ${packed_loss}% c split ${c_loss}%"; fi
+		fi
+	fi
+	g_stop
+done
 
 # --- guest-side feature variants --------------------------------------------------
 if [ "${VNR_E2E_VARIANTS:-1}" = 1 ]; then

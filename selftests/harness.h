@@ -2,8 +2,9 @@
 /*
  * A userspace vhost-net driver that plays both QEMU and the guest.
  *
- * It owns "guest memory" (an mmap), lays split rings out in it, registers it
- * with the vhost device through the same ioctls QEMU uses, and attaches a tap
+ * It owns "guest memory" (an mmap), lays split rings (or, with h_opts.packed,
+ * packed rings) out in it, registers it with the vhost device through the
+ * same ioctls QEMU uses, and attaches a tap
  * whose other side is an AF_PACKET socket. Guest TX is then checked by
  * reading frames off the packet socket, and guest RX by injecting frames
  * through it.
@@ -58,6 +59,23 @@
 #define H_MAX_NUM	32768
 #define H_WAIT_MS	10000				/* default bounded wait */
 
+/*
+ * A packed queue's 4 MiB: the driver's split-layout table (h_vq.vr, see
+ * below) first, then the packed ring, the driver and device event
+ * suppression areas, each on a page of its own so that a dirty log tells
+ * them apart, and the driver's map of buffer ids to chain lengths. Sized
+ * for H_MAX_NUM.
+ */
+#define H_P_DESC	(1UL << 20)
+#define H_P_DRIVER	(H_P_DESC + 16UL * H_MAX_NUM)
+#define H_P_DEVICE	(H_P_DRIVER + 4096)
+#define H_P_CHAIN	(H_P_DEVICE + 4096)
+
+/* Packed descriptor flags (virtio 1.1 2.8.1): AVAIL and USED as bits. */
+#define H_P_AVAIL	(1 << VRING_PACKED_DESC_F_AVAIL)
+#define H_P_USED	(1 << VRING_PACKED_DESC_F_USED)
+#define H_P_WRAP	(1 << VRING_PACKED_EVENT_F_WRAP_CTR)	/* in off_wrap */
+
 /* A diagnostic line in the TAP output, for helpers that have no test
  * metadata to hand to TH_LOG. */
 #define H_LOG(fmt, ...)	fprintf(stderr, "# " fmt "\n", ##__VA_ARGS__)
@@ -70,6 +88,22 @@ struct h_vq {
 	uint16_t used_seen;	/* used entries the guest has consumed */
 	uint32_t buf_size;	/* per-descriptor buffer size */
 	uint64_t buf_base;	/* guest-physical base of this queue's buffers */
+	/*
+	 * Packed ring (h_opts.packed). The tests still write their chains
+	 * into vr.desc, as on a split ring, and h_publish() copies each one
+	 * into the ring the device reads (pdesc); vr's avail and used rings
+	 * go unused. avail_idx and used_seen count buffers as on a split
+	 * ring, so that their difference is still the number in flight.
+	 */
+	struct vring_packed_desc *pdesc;
+	struct vring_packed_desc_event *pdriver, *pdevice;
+	uint16_t *p_chain;	/* per buffer id: ring entries of its chain, 0: not in flight */
+	uint16_t p_avail, p_used;	/* next avail and next used position */
+	bool p_avail_wrap, p_used_wrap;	/* the driver's wrap counters there */
+	uint16_t p_busy;	/* ring entries posted and not taken back */
+	uint16_t p_found;	/* used entries seen from p_used on, not taken */
+	uint16_t p_scan;	/* the position after them, and its wrap */
+	bool p_scan_wrap;
 };
 
 struct h_dev {
@@ -81,6 +115,7 @@ struct h_dev {
 	uint64_t features;
 	bool vhost_hdr;		/* VHOST_NET_F_VIRTIO_NET_HDR: vhost adds/strips */
 	unsigned int hdr_len;	/* virtio-net header length the guest sees */
+	bool packed;		/* VIRTIO_F_RING_PACKED negotiated */
 	struct h_vq vq[2];	/* 0 = RX, 1 = TX */
 };
 
@@ -90,12 +125,13 @@ struct h_opts {
 	bool event_idx, indirect, mrg_rxbuf, version_1, vhost_hdr;
 	uint32_t rx_buf;	/* RX buffer size (default 2048) */
 	uint32_t tx_buf;	/* TX buffer size (default 2048) */
-	uint16_t base;		/* initial ring index */
+	uint16_t base;		/* initial ring index; packed: see h_vq_layout */
 	int tap_offload;	/* TUNSETOFFLOAD flags, -1: leave */
 	int tap_flags;		/* extra TUNSETIFF flags (IFF_BACKPRESSURE, ...) */
 	bool shared_mem;	/* guest memory MAP_SHARED, so h_mem_alias works */
 	bool macvtap;		/* backend: a macvtap on a veth, not a tap */
 	bool kthread_workers;	/* VHOST_SET_FORK_FROM_OWNER 0 before SET_OWNER */
+	bool packed;		/* packed rings (VIRTIO_F_RING_PACKED), not split */
 };
 
 static inline uint64_t h_now_ns(void)
@@ -367,6 +403,14 @@ static inline int h_pkt_open(struct h_dev *d)
 	return 0;
 }
 
+/*
+ * Lays queue q out afresh. On a packed ring `base` counts ring entries
+ * already gone through a fresh ring: the driver starts at position
+ * base % num, with a wrap counter that began at 1 and flipped at every
+ * pass (so 65500 on 64 entries is position 28, wrap counter 0). The ring
+ * is zeroed, as a guest does when it resets a queue: no stale descriptor
+ * may look available to the device, nor used to the driver.
+ */
 static inline void h_vq_layout(struct h_dev *d, int q, unsigned int num, uint16_t base,
 			       uint32_t buf_size)
 {
@@ -381,6 +425,43 @@ static inline void h_vq_layout(struct h_dev *d, int q, unsigned int num, uint16_
 	/* The device reads used->idx when the backend is set. */
 	v->vr.used->idx = base;
 	v->vr.avail->idx = base;
+	if (d->packed) {
+		uint8_t *r = d->mem + H_RING_OFF(q);
+
+		v->pdesc = (struct vring_packed_desc *)(r + H_P_DESC);
+		v->pdriver = (struct vring_packed_desc_event *)(r + H_P_DRIVER);
+		v->pdevice = (struct vring_packed_desc_event *)(r + H_P_DEVICE);
+		v->p_chain = (uint16_t *)(r + H_P_CHAIN);
+		memset(v->pdesc, 0, sizeof(*v->pdesc) * num);
+		memset(v->pdriver, 0, sizeof(*v->pdriver));
+		memset(v->pdevice, 0, sizeof(*v->pdevice));
+		memset(v->p_chain, 0, sizeof(*v->p_chain) * num);
+		v->p_avail = v->p_used = v->p_scan = base % num;
+		v->p_avail_wrap = v->p_used_wrap = v->p_scan_wrap = !((base / num) & 1);
+		v->p_busy = v->p_found = 0;
+	}
+}
+
+/* A packed ring position and wrap counter as VHOST_SET_VRING_BASE takes
+ * them: 15 bits of index, the wrap counter in bit 15. */
+static inline uint32_t h_p_pos(uint16_t pos, bool wrap)
+{
+	return pos | (wrap ? H_P_WRAP : 0);
+}
+
+/*
+ * VHOST_SET/GET_VRING_BASE's value for queue q at the driver's used
+ * position: what the device reports once it has used every buffer it took
+ * and the driver has taken every used entry, and what makes it resume
+ * there. Split: the 16-bit index. Packed: the last avail position and its
+ * wrap counter in bits 0-15, the used ones in bits 16-31, both the same.
+ */
+static inline uint32_t h_vq_base(struct h_dev *d, int q)
+{
+	struct h_vq *v = &d->vq[q];
+	uint32_t pos = h_p_pos(v->p_used, v->p_used_wrap);
+
+	return d->packed ? pos | pos << 16 : v->used_seen;
 }
 
 /* Guest-physical address of buffer slot i of queue q. */
@@ -459,7 +540,10 @@ static inline void h_mem_unalias(uint8_t *p, uint64_t len)
 
 /* h_attach on an open device fd without an owner. */
 /* Queue q's ring addresses as VHOST_SET_VRING_ADDR takes them; with log,
- * VHOST_VRING_F_LOG and the used ring's guest-physical address. */
+ * VHOST_VRING_F_LOG and the used ring's guest-physical address. A packed
+ * ring goes in the same fields, as QEMU passes it: the descriptor ring,
+ * the driver area in avail's place, the device area in used's, and the
+ * device area's address to log. */
 static inline struct vhost_vring_addr h_vring_addr(struct h_dev *d, int q, bool log)
 {
 	struct h_vq *v = &d->vq[q];
@@ -469,10 +553,17 @@ static inline struct vhost_vring_addr h_vring_addr(struct h_dev *d, int q, bool 
 		.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail,
 		.used_user_addr = (uint64_t)(uintptr_t)v->vr.used,
 	};
+	void *used = v->vr.used;
 
+	if (d->packed) {
+		a.desc_user_addr = (uint64_t)(uintptr_t)v->pdesc;
+		a.avail_user_addr = (uint64_t)(uintptr_t)v->pdriver;
+		a.used_user_addr = (uint64_t)(uintptr_t)v->pdevice;
+		used = v->pdevice;
+	}
 	if (log) {
 		a.flags = 1 << VHOST_VRING_F_LOG;
-		a.log_guest_addr = h_gpa(d, v->vr.used);
+		a.log_guest_addr = h_gpa(d, used);
 	}
 	return a;
 }
@@ -507,7 +598,7 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 		a = h_vring_addr(d, q, false);
 		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_NUM, &s)))
 			return r;
-		s.num = o->base;
+		s.num = h_vq_base(d, q);
 		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_BASE, &s)))
 			return r;
 		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_ADDR, &a)))
@@ -589,7 +680,10 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 		f |= 1ULL << VIRTIO_F_VERSION_1;
 	if (o->vhost_hdr)
 		f |= 1ULL << VHOST_NET_F_VIRTIO_NET_HDR;
+	if (o->packed)
+		f |= 1ULL << VIRTIO_F_RING_PACKED;
 	d->features = f;
+	d->packed = o->packed;
 	d->vhost_hdr = o->vhost_hdr;
 	d->hdr_len = (o->mrg_rxbuf || o->version_1) ? 12 : 10;
 
@@ -638,11 +732,238 @@ static inline void h_kick(struct h_dev *d, int q)
 		perror("kick");
 }
 
+/*
+ * The packed ring's driver side (virtio 1.1 2.8). A buffer is a chain of
+ * descriptors written at consecutive ring positions; the driver marks
+ * each available with AVAIL = its wrap counter and USED = its inverse, and
+ * writes the first one's flags last, so that the device never sees part of
+ * a chain. The device writes one used descriptor per buffer at its own
+ * next used position (id, length, AVAIL = USED = its wrap counter) and
+ * moves on by the number of descriptors the buffer took, which the driver
+ * knows from the id alone: hence p_chain.
+ */
+
+/* Whether a chain of k ring entries with buffer id `id` fits now: it needs
+ * that many free entries, and its id must not be in flight. Says why not. */
+static inline bool h_packed_room(struct h_vq *v, unsigned int k, uint16_t id)
+{
+	if (!k || k > v->num - v->p_busy) {
+		H_LOG("packed: no room for a chain of %u (%u of %u entries in flight)", k,
+		      v->p_busy, v->num);
+		return false;
+	}
+	if (id < v->num && v->p_chain[id]) {
+		H_LOG("packed: buffer id %u is still in flight", id);
+		return false;
+	}
+	return true;
+}
+
+/* Writes entry i of the chain being added at p_avail, with its AVAIL and
+ * USED bits; the first entry's flags are only returned, for
+ * h_packed_commit to write last. */
+static inline uint16_t h_packed_fill(struct h_vq *v, unsigned int i, uint64_t addr, uint32_t len,
+				     uint16_t id, uint16_t flags)
+{
+	unsigned int pos = v->p_avail + i;
+	bool wrap = v->p_avail_wrap;
+	struct vring_packed_desc *pd;
+
+	if (pos >= v->num) {
+		pos -= v->num;
+		wrap = !wrap;
+	}
+	flags &= ~(H_P_AVAIL | H_P_USED);
+	flags |= wrap ? H_P_AVAIL : H_P_USED;
+	pd = &v->pdesc[pos];
+	pd->addr = addr;
+	pd->len = len;
+	pd->id = id;
+	if (i)
+		pd->flags = flags;
+	return flags;
+}
+
+/* Makes the k entries filled at p_avail available, buffer id `id`: the
+ * first entry's flags, after everything else. */
+static inline void h_packed_commit(struct h_vq *v, unsigned int k, uint16_t first_flags, uint16_t id)
+{
+	__atomic_store_n(&v->pdesc[v->p_avail].flags, first_flags, __ATOMIC_RELEASE);
+	v->p_avail += k;
+	if (v->p_avail >= v->num) {
+		v->p_avail -= v->num;
+		v->p_avail_wrap = !v->p_avail_wrap;
+	}
+	if (id < v->num)
+		v->p_chain[id] = k;
+	v->p_busy += k;
+	v->avail_idx++;
+}
+
+/*
+ * Adds a chain of k descriptors to packed queue q as given (addr, len, id,
+ * flags with NEXT where the chain goes on; AVAIL and USED are set here),
+ * without a kick and without touching the event suppression areas. The
+ * buffer id is the last descriptor's. An id of num or more goes into the
+ * ring as it is, for the tests of malformed rings, and is not tracked.
+ * 0, or -ENOSPC (logged) if it does not fit or its id is in flight.
+ */
+static inline int h_packed_add(struct h_dev *d, int q, const struct vring_packed_desc *chain,
+			       unsigned int k)
+{
+	struct h_vq *v = &d->vq[q];
+	uint16_t first = 0, id = k ? chain[k - 1].id : 0;
+	unsigned int i;
+
+	if (!h_packed_room(v, k, id))
+		return -ENOSPC;
+	for (i = 0; i < k; i++) {
+		uint16_t f = h_packed_fill(v, i, chain[i].addr, chain[i].len, chain[i].id, chain[i].flags);
+
+		if (!i)
+			first = f;
+	}
+	h_packed_commit(v, k, first, id);
+	return 0;
+}
+
+/*
+ * An indirect table that a test wrote in the split layout, rewritten in
+ * place in the packed one: entries are the same 16 bytes, but a packed
+ * table is read in order to its end, so the `next` links become the order
+ * and NEXT, reserved there, is dropped. Returns the packed table's length
+ * (the chain's entries), or len as it was for a table outside guest memory
+ * (a bad address, left to the device). Tests write a table again before
+ * they publish it again.
+ */
+static inline uint32_t h_packed_table(struct h_dev *d, uint64_t gpa, uint32_t len)
+{
+	unsigned int n = len / sizeof(struct vring_desc), i, idx = 0;
+	struct vring_packed_desc *p;
+	struct vring_desc *t;
+
+	if (!n || gpa >= H_MEM_SIZE || len > H_MEM_SIZE - gpa || !(t = malloc(len)))
+		return len;
+	memcpy(t, h_ptr(d, gpa), n * sizeof(*t));
+	p = h_ptr(d, gpa);
+	for (i = 0; i < n; i++) {
+		struct vring_desc e = t[idx % n];
+
+		p[i] = (struct vring_packed_desc){ .addr = e.addr, .len = e.len,
+						   .flags = e.flags & ~VRING_DESC_F_NEXT };
+		if (!(e.flags & VRING_DESC_F_NEXT))
+			break;
+		idx = e.next;
+	}
+	free(t);
+	return (i < n ? i + 1 : n) * sizeof(*p);
+}
+
+/*
+ * h_publish on a packed ring: the chain the test wrote at vr.desc[head]
+ * goes into the ring in chain order, with buffer id `head` in each entry.
+ * The flag bits NEXT, WRITE and INDIRECT are the same in both layouts. A
+ * chain that does not end within num entries (a loop) becomes num entries
+ * that all have NEXT, a packed chain that never ends.
+ */
+static inline void h_packed_publish(struct h_dev *d, int q, uint16_t head)
+{
+	struct h_vq *v = &d->vq[q];
+	struct vring_desc *sd = &v->vr.desc[head % v->num];
+	uint16_t first = 0;
+	unsigned int i, k;
+
+	for (k = 1; k < v->num && (sd->flags & VRING_DESC_F_NEXT); k++)
+		sd = &v->vr.desc[sd->next % v->num];
+	if (!h_packed_room(v, k, head))
+		return;
+	sd = &v->vr.desc[head % v->num];
+	for (i = 0; i < k; i++, sd = &v->vr.desc[sd->next % v->num]) {
+		uint32_t len = sd->len;
+		uint16_t f;
+
+		if (sd->flags & VRING_DESC_F_INDIRECT)
+			len = h_packed_table(d, sd->addr, sd->len);
+		f = h_packed_fill(v, i, sd->addr, len, head, sd->flags);
+		if (!i)
+			first = f;
+	}
+	h_packed_commit(v, k, first, head);
+	if (d->features & (1ULL << VIRTIO_RING_F_EVENT_IDX)) {
+		/* Interrupt me on the next one, as on a split ring. */
+		v->pdriver->off_wrap = h_p_pos(v->p_used, v->p_used_wrap);
+		__atomic_store_n(&v->pdriver->flags, VRING_PACKED_EVENT_FLAG_DESC, __ATOMIC_RELEASE);
+	}
+}
+
+/* Ring entries a used descriptor of buffer `id` stands for; 1 (and said)
+ * for an id that is not in flight, a device's error the tests then see. */
+static inline uint16_t h_packed_step(struct h_vq *v, uint16_t id)
+{
+	if (id < v->num && v->p_chain[id])
+		return v->p_chain[id];
+	H_LOG("packed: the device used buffer id %u, which is not in flight", id);
+	return 1;
+}
+
+/* Used entries not taken yet: those seen before, and any the device wrote
+ * since after them. Looks no further than the buffers in flight, whose
+ * ring entries alone hold what the driver wrote. */
+static inline uint16_t h_packed_pending(struct h_vq *v)
+{
+	while (v->p_found < (uint16_t)(v->avail_idx - v->used_seen)) {
+		struct vring_packed_desc *pd = &v->pdesc[v->p_scan];
+		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE);
+
+		if (!(f & H_P_AVAIL) != !v->p_scan_wrap || !(f & H_P_USED) != !v->p_scan_wrap)
+			break;
+		v->p_scan += h_packed_step(v, pd->id);
+		if (v->p_scan >= v->num) {
+			v->p_scan -= v->num;
+			v->p_scan_wrap = !v->p_scan_wrap;
+		}
+		v->p_found++;
+	}
+	return v->p_found;
+}
+
+/* Takes the used descriptor at p_used: its id (~0 if that buffer was not
+ * in flight) and length. */
+static inline struct vring_used_elem h_packed_take(struct h_vq *v)
+{
+	struct vring_packed_desc *pd = &v->pdesc[v->p_used];
+	struct vring_used_elem e = { ~0u, 0 };
+	uint16_t k;
+
+	if (!h_packed_pending(v))
+		return e;
+	/* h_packed_pending said already if the id is not in flight. */
+	k = pd->id < v->num && v->p_chain[pd->id] ? v->p_chain[pd->id] : 1;
+	e.len = pd->len;
+	if (pd->id < v->num && v->p_chain[pd->id]) {
+		e.id = pd->id;
+		v->p_chain[pd->id] = 0;
+		v->p_busy -= k;
+	}
+	v->p_used += k;
+	if (v->p_used >= v->num) {
+		v->p_used -= v->num;
+		v->p_used_wrap = !v->p_used_wrap;
+	}
+	v->p_found--;
+	v->used_seen++;
+	return e;
+}
+
 /* Publishes descriptor head `head` on queue q (does not kick). */
 static inline void h_publish(struct h_dev *d, int q, uint16_t head)
 {
 	struct h_vq *v = &d->vq[q];
 
+	if (d->packed) {
+		h_packed_publish(d, q, head);
+		return;
+	}
 	v->vr.avail->ring[v->avail_idx % v->num] = head;
 	__atomic_store_n(&v->vr.avail->idx, (uint16_t)(v->avail_idx + 1), __ATOMIC_RELEASE);
 	v->avail_idx++;
@@ -655,6 +976,8 @@ static inline uint16_t h_used_pending(struct h_dev *d, int q)
 {
 	struct h_vq *v = &d->vq[q];
 
+	if (d->packed)
+		return h_packed_pending(v);
 	return (uint16_t)(__atomic_load_n(&v->vr.used->idx, __ATOMIC_ACQUIRE) - v->used_seen);
 }
 
@@ -676,8 +999,11 @@ static inline int h_wait_used(struct h_dev *d, int q, uint16_t n, int timeout_ms
 static inline struct vring_used_elem h_take_used(struct h_dev *d, int q)
 {
 	struct h_vq *v = &d->vq[q];
-	struct vring_used_elem e = v->vr.used->ring[v->used_seen % v->num];
+	struct vring_used_elem e;
 
+	if (d->packed)
+		return h_packed_take(v);
+	e = v->vr.used->ring[v->used_seen % v->num];
 	v->used_seen++;
 	return e;
 }
@@ -1052,14 +1378,18 @@ static inline uint64_t h_flood_stop(struct h_flood *fl)
 
 /* With EVENT_IDX: waits until the device has taken every chain posted on
  * queue q and asked to be kicked again (avail_event caught up with the
- * avail index). Unlike used entries, this holds for chains a device
- * consumes without using them. 0 or -ETIMEDOUT. */
+ * avail index; on a packed ring, the device area asks for an event at the
+ * driver's next avail position). Unlike used entries, this holds for
+ * chains a device consumes without using them. 0 or -ETIMEDOUT. */
 static inline int h_wait_drained(struct h_dev *d, int q, int timeout_ms)
 {
 	struct h_vq *v = &d->vq[q];
 	uint64_t end = h_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
 
-	while (__atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE) != v->avail_idx) {
+	while (d->packed ?
+	       __atomic_load_n(&v->pdevice->flags, __ATOMIC_ACQUIRE) != VRING_PACKED_EVENT_FLAG_DESC ||
+	       __atomic_load_n(&v->pdevice->off_wrap, __ATOMIC_ACQUIRE) != h_p_pos(v->p_avail, v->p_avail_wrap) :
+	       __atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE) != v->avail_idx) {
 		if (h_now_ns() > end)
 			return -ETIMEDOUT;
 		usleep(50);

@@ -43,15 +43,18 @@
 #     stale RX page);
 #   - on vhost-net-rs, the destination's own counters carried the traffic.
 # Cases: vhost-net-rs to vhost-net-rs, the C driver to the C driver (the
-# comparison, same run), and vhost-net-rs to the C driver (a host changing
-# drivers under a running guest). That QEMU accepts the device with
+# comparison, same run), vhost-net-rs to the C driver (a host changing
+# drivers under a running guest), and a packed=on guest from vhost-net-rs
+# to vhost-net-rs (packed rings log their ring writes too; C has no packed
+# ring, so that guest cannot move to C). That QEMU accepts the device with
 # -only-migratable is checked by e2e.sh's first boot.
 #
 # Only with VNR_E2E=full (make check-e2e); otherwise it skips.
 # VNR_MIGRATE_RATE sets the stream's rate in bytes/s (default 1000000);
 # VNR_MIGRATE_BANDWIDTH the migration's in bytes/s;
-# VNR_MIGRATE_CASES the cases ("rs:rs c:c rs:c"); VNR_MIGRATE_PMEM=0 skips
-# the RAM comparison (the destination then starts running).
+# VNR_MIGRATE_CASES the cases as SRC:DST[:packed] words (default "rs:rs c:c
+# rs:c rs:rs:packed"); VNR_MIGRATE_PMEM=0 skips the RAM comparison (the
+# destination then starts running).
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../scripts/lib.sh
 . scripts/lib.sh
@@ -70,7 +73,7 @@ BANDWIDTH=${VNR_MIGRATE_BANDWIDTH:-16777216}
 PING_INTERVAL=${VNR_MIGRATE_PING_INTERVAL-0.01}
 PMEM=${VNR_MIGRATE_PMEM:-1}
 [ "$PMEM" = 1 ] || PMEM=
-CASES=${VNR_MIGRATE_CASES:-rs:rs c:c rs:c}
+CASES=${VNR_MIGRATE_CASES:-rs:rs c:c rs:c rs:rs:packed}
 # Guest RAM: 192 MiB less 8 KiB, deliberately not a multiple of 256 KiB.
 # QEMU before 9.0 loses guest-CPU writes when it migrates a TCG guest
 # (upstream 03bfc2188f, "physmem: Fix migration dirty bitmap coherency with
@@ -160,19 +163,25 @@ compare_ram() {
 	"$PY" "$HELPER" qmp "$WORK/dst.qmp" cont >/dev/null || vnr_detail "cont on the destination failed"
 }
 
-# migrate_case SRC DST: one migration from a guest on driver SRC (rs or c)
-# to a QEMU on driver DST.
+# migrate_case SRC DST [packed]: one migration from a guest on driver SRC
+# (rs or c) to a QEMU on driver DST; with "packed", the guest's virtio-net
+# device has packed=on, and its rings must be packed on the source.
 migrate_case() {
-	local src=$1 dst=$2 name="migrate_${1}_to_${2}" t out total downtime setup bytes r tx rx loss
+	local src=$1 dst=$2 name="migrate_${1}_to_${2}${3:+_$3}" devopts=${3:+packed=on} t out total downtime setup bytes r tx rx loss
 	local bound sent_bytes sent_md5 got dst_rx i mig dups answered stopper
-	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' g_start "$src" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
+	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' g_start "$src" "$devopts" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
 	SRC_PID=$G_PID SRC_LOG=$G_LOG
 	if ! t=$(g_wait); then
 		vnr_fail "${name}_completes" "the source guest did not boot"
 		stop_all
 		return
 	fi
-	G_TAP=$DST_TAP G_QMP=$WORK/dst.qmp G_QEMU_ARGS="-incoming unix:$WORK/mig.sock${PMEM:+ -S}" g_start "$dst" ||
+	if [ -n "$devopts" ]; then
+		# Both queues of the source's vhost fd run packed rings.
+		if [ "$(g_fdinfo | grep -c 'ring=packed')" = 2 ]; then vnr_pass "${name}_rings_are_packed"
+		else vnr_fail "${name}_rings_are_packed" "$(g_fdinfo)"; fi
+	fi
+	G_TAP=$DST_TAP G_QMP=$WORK/dst.qmp G_QEMU_ARGS="-incoming unix:$WORK/mig.sock${PMEM:+ -S}" g_start "$dst" "$devopts" ||
 		{ vnr_fail "${name}_completes" "QEMU did not start"; stop_all; return; }
 	DST_PID=$G_PID DST_LOG=$G_LOG
 	G_PID=$SRC_PID G_LOG=$SRC_LOG
@@ -300,12 +309,12 @@ selftests/load-c-vhost >/dev/null 2>&1 || true
 net_up || { vnr_fail net_setup "could not create the bridge and taps"; vnr_ktap_finish; }
 
 for c in $CASES; do
-	src=${c%%:*} dst=${c##*:}
+	IFS=: read -r src dst opts <<<"$c"
 	if { [ "$src" = c ] || [ "$dst" = c ]; } && [ ! -c /dev/vhost-net ]; then
-		vnr_skip "migrate_${src}_to_${dst}" "no /dev/vhost-net"
+		vnr_skip "migrate_${src}_to_${dst}${opts:+_$opts}" "no /dev/vhost-net"
 		continue
 	fi
-	migrate_case "$src" "$dst"
+	migrate_case "$src" "$dst" "$opts"
 done
 
 vnr_ktap_finish
