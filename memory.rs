@@ -166,8 +166,9 @@ pub(crate) fn for_each_piece(
 /// if one region holds all of it: the reverse of [`translate`], for the
 /// dirty log of ring parts that userspace gave by their owner address only
 /// (a packed ring's descriptor ring). Where regions alias the same owner
-/// memory, the one with the lowest guest-physical start is taken; logging
-/// either is enough for userspace, which syncs the log by owner range.
+/// memory, the one with the lowest guest-physical start is taken: QEMU
+/// syncs the log per guest-physical section, and aliases of one owner
+/// range belong to one RAM block, whose dirty state it keeps once.
 pub(crate) fn guest_address(regions: &[Region], uaddr: u64, len: u64) -> Option<u64> {
     let end = uaddr.checked_add(len)?;
     regions

@@ -53,6 +53,9 @@ const EVENT_OFF_WRAP_OFFSET: u64 = 0;
 const EVENT_FLAGS_OFFSET: u64 = 2;
 /// Size of an event suppression area.
 pub(crate) const EVENT_SIZE: u64 = 4;
+/// Alignment of the descriptor ring and of the event areas (2.8.10).
+const DESC_ALIGN: u64 = 16;
+const EVENT_ALIGN: u64 = 4;
 
 /// One packed descriptor as the guest wrote it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,12 +89,15 @@ fn is_avail(flags: u16, wrap: bool) -> bool {
     (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) != wrap
 }
 
-/// The flags of a used descriptor written in the lap `wrap`.
-fn used_flags(wrap: bool) -> u16 {
-    if wrap {
-        DESC_F_AVAIL | DESC_F_USED
+/// The flags of a used descriptor written in the lap `wrap`, with
+/// `WRITE` if the device wrote `len > 0` bytes: a used descriptor's length
+/// means something only with it (section 2.8.5).
+fn used_flags(wrap: bool, len: u32) -> u16 {
+    let lap = if wrap { DESC_F_AVAIL | DESC_F_USED } else { 0 };
+    if len > 0 {
+        lap | DESC_F_WRITE
     } else {
-        0
+        lap
     }
 }
 
@@ -108,9 +114,6 @@ pub(crate) struct Position {
 }
 
 impl Position {
-    /// A fresh ring's first position: index 0, wrap counter 1.
-    pub(crate) const START: Position = Position { index: 0, wrap: true };
-
     /// The position encoded as `off_wrap` encodes it (and each half of
     /// the packed ring base): the index in bits 0-14, the wrap counter in
     /// bit 15. `None` if the index is outside a ring of `num`.
@@ -134,6 +137,18 @@ impl Position {
         }
     }
 
+    /// How many positions `self` is ahead of `from`, in a ring of `num`:
+    /// `None` if more than one lap (the two cannot both be right).
+    fn distance_from(self, from: Position, num: u16) -> Option<u16> {
+        let (index, from_index) = (u32::from(self.index), u32::from(from.index));
+        let ahead = if self.wrap == from.wrap {
+            index.checked_sub(from_index)?
+        } else {
+            index + u32::from(num) - from_index
+        };
+        u16::try_from(ahead).ok().filter(|&ahead| ahead <= num)
+    }
+
     /// `n` positions back, in a ring of `num`, with `n <= num`.
     fn back(self, n: u16, num: u16) -> Self {
         if n <= self.index {
@@ -153,10 +168,10 @@ pub(crate) const FRESH_BASE: u32 = (WRAP_BIT as u32) << 16 | WRAP_BIT as u32;
 ///
 /// # Invariants
 ///
-/// `num` is a power of two in `1..=32768` (the split ring's rule, which
-/// `VHOST_SET_VRING_NUM` keeps for both formats); `desc`, `driver` and
-/// `device` are the owner-virtual addresses of the descriptor ring and the
-/// driver and device event areas. Positions are inside the ring.
+/// `num` is in `1..=32768` (a packed ring need not be a power of two);
+/// `desc`, `driver` and `device` are the owner-virtual addresses of the
+/// descriptor ring and the driver and device event areas, aligned as
+/// section 2.8.10 requires (16, 4, 4). Positions are inside the ring.
 /// `in_flight + seen_ahead <= num`: chains popped and not yet used, and
 /// positions the device saw available and put back, never cover more than
 /// the ring.
@@ -179,7 +194,7 @@ pub(crate) struct PackedRing {
     /// Positions used since [`PackedRing::should_notify`] last looked.
     unsignalled: u32,
     /// `should_notify` has looked at least once since the event-idx state
-    /// was last reset: `unsignalled` counts from a point the guest saw.
+    /// was last reset, so `unsignalled` counts from its last look.
     signalled_valid: bool,
     /// The descriptor ring's guest-physical address, if its writes are
     /// logged.
@@ -194,22 +209,31 @@ impl PackedRing {
     /// and device event areas, as `VHOST_SET_VRING_ADDR` gives them),
     /// resuming at the packed-encoded `base`. `desc_log` is the descriptor
     /// ring's guest-physical address if its writes are logged. `None` if
-    /// `layout.num` is not a power of two up to 32768, or `base` holds a
-    /// position outside the ring.
+    /// `layout.num` is not in `1..=32768`, the parts are misaligned, or
+    /// `base` holds a position outside the ring or a used position more
+    /// than a lap behind the avail one.
     pub(crate) fn resume(layout: RingLayout, desc_log: Option<u64>, base: u32, features: RingFeatures) -> Option<Self> {
-        if layout.num == 0 || layout.num > MAX_NUM || !layout.num.is_power_of_two() {
+        if layout.num == 0 || layout.num > MAX_NUM {
+            return None;
+        }
+        if layout.desc % DESC_ALIGN != 0 || layout.avail % EVENT_ALIGN != 0 || layout.used % EVENT_ALIGN != 0 {
             return None;
         }
         let num = u16::try_from(layout.num).ok()?;
+        let next_avail = Position::decode(base as u16, num)?;
+        let next_used = Position::decode((base >> 16) as u16, num)?;
+        // Chains between the two were taken and not returned (by whoever
+        // ran the ring before): they occupy their positions.
+        let in_flight = next_avail.distance_from(next_used, num)?;
         Some(PackedRing {
             num,
             desc: layout.desc,
             driver: layout.avail,
             device: layout.used,
             features,
-            next_avail: Position::decode(base as u16, num)?,
-            next_used: Position::decode((base >> 16) as u16, num)?,
-            in_flight: 0,
+            next_avail,
+            next_used,
+            in_flight,
             seen_ahead: 0,
             unsignalled: 0,
             signalled_valid: false,
@@ -224,10 +248,16 @@ impl PackedRing {
         u32::from(self.next_used.encode()) << 16 | u32::from(self.next_avail.encode())
     }
 
-    /// Whether `base` is a position a ring of `num` entries can resume at.
+    /// Whether a ring of `num` entries can resume at `base`: both
+    /// positions inside it, the used one at most a lap behind.
     pub(crate) fn base_fits(base: u32, num: u32) -> bool {
         let Ok(num) = u16::try_from(num) else { return false };
-        Position::decode(base as u16, num).is_some() && Position::decode((base >> 16) as u16, num).is_some()
+        let (Some(avail), Some(used)) =
+            (Position::decode(base as u16, num), Position::decode((base >> 16) as u16, num))
+        else {
+            return false;
+        };
+        avail.distance_from(used, num).is_some()
     }
 
     /// See [`crate::vring::Vring::set_features`].
@@ -342,6 +372,7 @@ impl PackedRing {
     /// Puts back the last popped chains, which took `positions` positions
     /// (see [`positions`]).
     pub(crate) fn unpop(&mut self, positions: u32) {
+        debug_assert!(positions <= u32::from(self.in_flight), "putting back chains that were not taken");
         // INVARIANT: never more than is in flight, so the sum is kept.
         let back = u16::try_from(positions).unwrap_or(u16::MAX).min(self.in_flight);
         self.next_avail = self.next_avail.back(back, self.num);
@@ -352,8 +383,22 @@ impl PackedRing {
     /// Returns `elems` (popped chains, in any order) as used descriptors,
     /// at the next used positions. The ids and lengths go first, then the
     /// flags, the first element's last, so that the driver, which looks at
-    /// that one first, sees the whole batch at once.
+    /// that one first, sees the whole batch at once. A write that faults
+    /// midway leaves the batch half visible: the ring then stops
+    /// ([`VringError::UsedWriteFailed`]).
     pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+        elems: &[UsedElem],
+    ) -> Result<(), VringError> {
+        self.write_used(mem, log, elems).map_err(|err| match err {
+            VringError::Fault => VringError::UsedWriteFailed,
+            err => err,
+        })
+    }
+
+    fn write_used<M: GuestMemory, L: WriteLog>(
         &mut self,
         mem: &M,
         log: &L,
@@ -378,13 +423,13 @@ impl PackedRing {
         mem.wmb();
         let mut flag_at = start.advance(first.positions, self.num);
         for elem in rest {
-            mem.write_u16(self.desc_addr(flag_at.index) + DESC_FLAGS_OFFSET, used_flags(flag_at.wrap))?;
+            mem.write_u16(self.desc_addr(flag_at.index) + DESC_FLAGS_OFFSET, used_flags(flag_at.wrap, elem.len))?;
             flag_at = flag_at.advance(elem.positions, self.num);
         }
         if !rest.is_empty() {
             mem.wmb();
         }
-        mem.write_u16(self.desc_addr(start.index) + DESC_FLAGS_OFFSET, used_flags(start.wrap))?;
+        mem.write_u16(self.desc_addr(start.index) + DESC_FLAGS_OFFSET, used_flags(start.wrap, first.len))?;
         self.log_span(mem, log, start, at);
         self.next_used = at;
         // INVARIANT: `total` was in flight; it is no more.
@@ -416,11 +461,11 @@ impl PackedRing {
         // The used descriptors must be visible before reading the guest's
         // suppression state (section 2.8.21.3).
         mem.mb();
-        let added = core::mem::replace(&mut self.unsignalled, 0);
-        let valid = core::mem::replace(&mut self.signalled_valid, true);
         if self.features.notify_on_empty && self.in_flight == 0 && !self.has_avail(mem)? {
             return Ok(true);
         }
+        let added = core::mem::replace(&mut self.unsignalled, 0);
+        let valid = core::mem::replace(&mut self.signalled_valid, true);
         let flags = mem.read_u16(self.driver + EVENT_FLAGS_OFFSET)?;
         if flags == EVENT_FLAG_DISABLE {
             return Ok(false);

@@ -427,7 +427,8 @@ impl VhostNet {
     /// `SET_FEATURES`: every bit checked first, then stored on both queues.
     /// As in the C driver, this needs no owner and reads no guest memory.
     /// `VHOST_F_LOG_ALL` needs every attached queue's log to have room for
-    /// the memory table (`-EFAULT`).
+    /// the memory table (`-EFAULT`), and the ring format (`RING_PACKED`)
+    /// changes only on queues without a backend (`-EBUSY`).
     fn set_features(&self, features: u64) -> Result<isize> {
         if features & !NET_FEATURES != 0 {
             return Err(eopnotsupp());
@@ -435,6 +436,9 @@ impl VhostNet {
         let mut st = self.state.lock();
         if features & bit(feature::VHOST_F_LOG_ALL) != 0 && !(self.rx.lock().can_log_all() && self.tx.lock().can_log_all()) {
             return Err(EFAULT);
+        }
+        if !(self.rx.lock().can_set_features(features) && self.tx.lock().can_set_features(features)) {
+            return Err(EBUSY);
         }
         st.features = features;
         self.rx.lock().set_features(features);

@@ -138,8 +138,7 @@ impl RingAddr {
 ///
 /// `ring` is `Some` only while `backend`, `addr` and `mem` are, and neither
 /// `stopped` nor `broken` is set; it is packed exactly when
-/// `VIRTIO_F_RING_PACKED` is in `features`. `num` is a power of two in
-/// `1..=VRING_MAX_NUM`.
+/// `VIRTIO_F_RING_PACKED` is in `features`. `num` is in `1..=VRING_MAX_NUM`.
 pub(crate) struct VqState<B: Backend> {
     index: u32,
     num: u32,
@@ -369,12 +368,14 @@ impl<B: Backend> VqState<B> {
         })
     }
 
-    /// `VHOST_SET_VRING_NUM`: not while a backend is attached.
+    /// `VHOST_SET_VRING_NUM`: not while a backend is attached. A split ring
+    /// is a power of two, a packed ring any size (a guest may resize it to
+    /// 200 with a queue reset); QEMU acks the features first.
     pub(crate) fn set_num(&mut self, num: u32) -> Result {
         if self.backend.is_some() {
             return Err(EBUSY);
         }
-        if num == 0 || num > vring::MAX_NUM || !num.is_power_of_two() {
+        if num == 0 || num > vring::MAX_NUM || (!self.packed() && !num.is_power_of_two()) {
             return Err(EINVAL);
         }
         self.num = num;
@@ -469,21 +470,18 @@ impl<B: Backend> VqState<B> {
     /// `SET_FEATURES`: stores the bits, as the C driver does; a running ring
     /// follows them from its next access. Nothing is read from guest memory
     /// here, so the caller's address space does not matter. A change of ring
-    /// format makes the old position meaningless: the queue restarts from
+    /// format, which [`VqState::can_set_features`] allows only without a
+    /// backend, makes the old position meaningless: the queue resumes from
     /// the new format's first position (userspace sets the base next, as
     /// QEMU does after `SET_FEATURES`).
     pub(crate) fn set_features(&mut self, features: u64) {
         let old = ring_features(self.features);
-        let format_changed = (self.features ^ features) & bit(feature::VIRTIO_F_RING_PACKED) != 0;
+        let format_changed = self.format_changes(features);
         self.features = features;
         if format_changed {
-            let running = self.ring.is_some();
             self.stop();
             self.base = if self.packed() { packed::FRESH_BASE } else { 0 };
             self.used_idx = 0;
-            if running {
-                self.start();
-            }
             return;
         }
         let new = ring_features(features);
@@ -504,9 +502,9 @@ impl<B: Backend> VqState<B> {
         // A guest that used memory before the table had it (a hotplug
         // race) may run again; a stopped ring stays stopped.
         self.broken = false;
-        // A packed ring finds its descriptor ring's guest address for the
-        // log through the table: look it up again in the new one.
-        if self.ring.as_ref().is_some_and(Ring::is_packed) {
+        // A logged packed ring finds its descriptor ring's guest address
+        // through the table: look it up again in the new one.
+        if self.used_log.is_some() && self.ring.as_ref().is_some_and(Ring::is_packed) {
             self.stop();
         }
         if self.ring.is_none() {
@@ -584,6 +582,18 @@ impl<B: Backend> VqState<B> {
         self.features & bit(feature::VIRTIO_F_RING_PACKED) != 0
     }
 
+    fn format_changes(&self, features: u64) -> bool {
+        (self.features ^ features) & bit(feature::VIRTIO_F_RING_PACKED) != 0
+    }
+
+    /// Whether `SET_FEATURES` may set `features`: the ring format changes
+    /// only while no backend is attached (`EBUSY` otherwise), since the
+    /// ring's addresses, size and log room were checked for the old one.
+    /// QEMU acks the features before it attaches a backend.
+    pub(crate) fn can_set_features(&self, features: u64) -> bool {
+        self.backend.is_none() || !self.format_changes(features)
+    }
+
     /// Whether the queue can run with `log` (C's `vq_log_access_ok`): it
     /// has a memory table (C refuses a queue without one, log or not), the
     /// log has room for every region with `VHOST_F_LOG_ALL`, and for the
@@ -642,7 +652,9 @@ impl<B: Backend> VqState<B> {
             return Err(EFAULT);
         }
         let mem = OwnerMem;
-        let (device_flags, driver_flags) = if packed {
+        // The device's flags are reset; a field of the driver's part is
+        // read to check it is reachable.
+        let (device_flags, driver_probe) = if packed {
             (PackedRing::device_flags_addr_of(addr.used), PackedRing::driver_flags_addr_of(addr.avail))
         } else {
             (Vring::used_flags_addr_of(addr.used), Vring::avail_idx_addr_of(addr.avail))
@@ -657,7 +669,7 @@ impl<B: Backend> VqState<B> {
                 log.mark(used_gpa.saturating_add(device_flags - addr.used), 2);
             log.flush();
         }
-        mem.read_u16(driver_flags).map_err(|_| EFAULT)?;
+        mem.read_u16(driver_probe).map_err(|_| EFAULT)?;
         if packed {
             return Ok(self.used_idx);
         }
@@ -703,28 +715,32 @@ impl<B: Backend> VqState<B> {
         let layout =
             RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: self.used_log };
         let features = ring_features(self.features);
-        // A packed ring's used entries go into the descriptor ring, which
-        // userspace gave by owner address only: its guest address for the
-        // log comes from the memory table.
-        let desc_log = memory::guest_address(mem, addr.desc, PackedRing::sizes(self.num).0);
         let ring = if self.packed() {
-            if self.used_log.is_some() && desc_log.is_none() {
-                self.fail(VringError::NotMapped);
-                return;
-            }
-            match PackedRing::resume(layout, desc_log, self.base, features) {
-                Some(ring) => Ring::Packed(ring),
-                // SET_VRING_NUM moved the ring's end below the base.
-                None => {
-                    self.fail(VringError::BadBase);
+            // A packed ring's used entries go into the descriptor ring, which
+            // userspace gave by owner address only: its guest address for
+            // the log comes from the memory table, and the log must have
+            // room for it.
+            let desc_size = PackedRing::sizes(self.num).0;
+            let desc_log = memory::guest_address(mem, addr.desc, desc_size);
+            if self.used_log.is_some() {
+                let Some(desc_gpa) = desc_log else {
+                    self.fail(VringError::NotMapped);
+                    return;
+                };
+                if !self.log.covers(desc_gpa, desc_size, user_limit()) {
+                    self.fail(VringError::BadLayout);
                     return;
                 }
             }
+            // A base or size set after the other, or misaligned parts.
+            PackedRing::resume(layout, desc_log, self.base, features).map(Ring::Packed)
         } else {
-            // INVARIANT: `num` is valid by the type invariant and `base`
-            // a 16-bit index (set_base), so `resume` succeeds.
-            let Some(ring) = Vring::resume(layout, self.base as u16, self.used_idx, features) else { return };
-            Ring::Split(ring)
+            // A size set for a packed ring before the format changed.
+            Vring::resume(layout, self.base as u16, self.used_idx, features).map(Ring::Split)
+        };
+        let Some(ring) = ring else {
+            self.fail(VringError::BadLayout);
+            return;
         };
         self.ring = Some(ring);
         self.waker.wake();

@@ -90,9 +90,15 @@ pub(crate) enum VringError {
     /// More used entries returned than chains were taken (a packed ring
     /// counts them; this is the device's own bug, never the guest's).
     BadUsed,
-    /// A packed ring's base (`VHOST_SET_VRING_BASE`) holds a position
-    /// outside the ring, since `VHOST_SET_VRING_NUM` shrank it.
-    BadBase,
+    /// The ring cannot run in its format as configured: a split ring's
+    /// size that is not a power of two, a packed ring's base outside the
+    /// ring or misaligned parts, a dirty log without room for the packed
+    /// descriptor ring (userspace changed one setting after another was
+    /// checked against it).
+    BadLayout,
+    /// Writing a packed ring's used descriptors faulted midway: what the
+    /// driver sees of the batch is no longer known, so the ring stops.
+    UsedWriteFailed,
 }
 
 impl From<MemError> for VringError {
@@ -403,6 +409,7 @@ impl Vring {
     /// not take the packet yet): `positions` is their number, one position
     /// per split chain (see [`positions`]).
     pub(crate) fn unpop(&mut self, positions: u32) {
+        // Modulo 2^16, as the indices are.
         self.last_avail_idx = self.last_avail_idx.wrapping_sub(positions as u16);
     }
 
@@ -610,8 +617,8 @@ pub(crate) fn read_indirect_bytes<M: GuestMemory>(
 /// # Invariants
 ///
 /// `iov[..nseg]` holds the translated segments pushed so far, readable ones
-/// before writable ones (none readable once `seen_in`); `total` is the sum of their lengths and at most
-/// [`MAX_CHAIN_LEN`].
+/// before writable ones (none readable once `seen_in`). Until a push fails,
+/// `total` is the sum of their lengths and at most [`MAX_CHAIN_LEN`].
 pub(crate) struct ChainBuilder<'a> {
     regions: &'a [Region],
     iov: &'a mut [Iov],

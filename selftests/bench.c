@@ -4,7 +4,7 @@
  * userspace baseline, driven by the selftest harness. Prints one JSON object
  * per run; scripts/bench runs it for every backend and aggregates.
  *
- *   bench -b rs|c|user -m tx|rx|lat|bidir [-s BYTES] [-t SECS] [-q PAIRS]
+ *   bench -b rs|c|user -m tx|rx|lat|bidir [-s BYTES] [-t SECS] [-q PAIRS] [-P]
  *
  * tx     guest TX: frames are posted as fast as the ring takes them; the tap
  *        delivers them to the host stack, which drops them (unknown type).
@@ -29,6 +29,13 @@
  * moves frames between the rings and the tap fd with read()/write(), as
  * QEMU's userspace virtio-net does.
  *
+ * -P asks for packed rings (VIRTIO_F_RING_PACKED). Only vhost-net-rs has
+ * them: on C and on the userspace baseline (whose device thread reads split
+ * rings) the same case runs on split rings, so that a packed case's row
+ * compares vhost-net-rs's packed ring with the others' split one. The JSON
+ * says both: "packed" is what was asked, the same for every backend, and
+ * "ring" what was measured.
+ *
  * Worker CPU time per packet comes from /proc/self/task/TID/schedstat of
  * the vhost worker threads (they are threads of this process), or of the
  * device thread for "user".
@@ -46,6 +53,7 @@ static double secs = 2.0;
 static int nq = 1;
 static unsigned int busy_us;	/* -p: busy-loop timeout, µs */
 static bool dirty_log;		/* -l: dirty logging on */
+static bool packed;		/* -P: packed rings where the backend has them */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -70,6 +78,12 @@ static struct pair pairs[MAXQ];
 static const char *dev_node(void)
 {
 	return !strcmp(backend, "c") ? "/dev/vhost-net" : "/dev/vhost-net-rs";
+}
+
+/* Whether this run's rings are packed: asked for, on vhost-net-rs. */
+static bool packed_rings(void)
+{
+	return packed && !strcmp(backend, "rs");
 }
 
 /* ---- the userspace baseline: a device thread serving the rings -------- */
@@ -137,7 +151,8 @@ static void *user_device(void *arg)
 static int setup_pair(struct pair *p)
 {
 	struct h_opts o = { .dev = dev_node(), .num = 256, .event_idx = true, .indirect = true,
-			    .mrg_rxbuf = true, .version_1 = true, .tap_offload = -1 };
+			    .mrg_rxbuf = true, .version_1 = true, .tap_offload = -1,
+			    .packed = packed_rings() };
 	int r;
 
 	if (gso) {
@@ -389,8 +404,9 @@ static int run_mem(void)
 			pthread_join(ps[i].dev_thr, NULL);
 		h_teardown(&ps[i].d);
 	}
-	printf("{\"backend\":\"%s\",\"mode\":\"mem\",\"devices\":%d,\"bytes_per_device\":%.0f}\n",
-	       backend, N, (after - before) * 1024.0 / N);
+	printf("{\"backend\":\"%s\",\"mode\":\"mem\",\"packed\":%d,\"ring\":\"%s\",\"devices\":%d,"
+	       "\"bytes_per_device\":%.0f}\n", backend, packed, packed_rings() ? "packed" : "split", N,
+	       (after - before) * 1024.0 / N);
 	return 0;
 }
 
@@ -438,7 +454,7 @@ int main(int argc, char **argv)
 	uint32_t lost = 0;
 	int c, i;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lh")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPh")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
@@ -447,11 +463,13 @@ int main(int argc, char **argv)
 		case 'q': nq = atoi(optarg); break;
 		case 'p': busy_us = strtoul(optarg, NULL, 0); break;
 		case 'l': dirty_log = true; break;
+		case 'P': packed = true; break;
 		default:
 			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
-					"             [-p US] [-l]\n"
+					"             [-p US] [-l] [-P]\n"
 					"  -p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues\n"
-					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n");
+					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n"
+					"  -P: packed rings (VIRTIO_F_RING_PACKED) on rs; c and user run split rings\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -523,8 +541,10 @@ int main(int argc, char **argv)
 		pk += pairs[i].tx_pkts + pairs[i].rx_pkts;
 		by += pairs[i].bytes;
 	}
-	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,\"secs\":%.3f",
-	       backend, mode, size, nq, busy_us, dirty_log, (t1 - t0) / 1e9);
+	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,"
+	       "\"packed\":%d,\"ring\":\"%s\",\"secs\":%.3f",
+	       backend, mode, size, nq, busy_us, dirty_log, packed, packed_rings() ? "packed" : "split",
+	       (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 

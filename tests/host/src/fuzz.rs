@@ -82,13 +82,15 @@ pub fn run(inp: Input) {
         Region::new(0x80000, 0x40000, BASE + 0x80000, 1 << 47).unwrap(),
     ];
     validate(&mut regions, 64).unwrap();
-    let num = 1u32 << (inp.num_shift % 8);
+    let packed = inp.feats & 8 != 0;
+    // A packed ring may have any size: the top bit of num_shift picks one
+    // that is not a power of two.
+    let num = if packed && inp.num_shift >= 128 { 1 + u32::from(inp.num_shift) % 100 } else { 1u32 << (inp.num_shift % 8) };
     let feats = RingFeatures {
         event_idx: inp.feats & 1 != 0,
         indirect: inp.feats & 2 != 0,
         notify_on_empty: inp.feats & 4 != 0,
     };
-    let packed = inp.feats & 8 != 0;
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     for (i, d) in inp.descs.iter().take(num as usize).enumerate() {
         put_desc(&mem, desc + 16 * i as u64, d, packed);
@@ -102,10 +104,14 @@ pub fn run(inp: Input) {
     mem.put_u16(avail + 2, inp.base);
     let layout = RingLayout { num, desc, avail, used, used_log: None };
     let mut ring = if packed {
-        // Both positions from `base`, forced inside the ring.
+        // Both positions from `base`, forced inside the ring; a used
+        // position more than a lap behind is refused, then both start at
+        // the avail one.
         let pos = |bits: u16| u32::from(bits & 0x8000) | u32::from(bits & 0x7fff) % num;
         let base = pos(inp.base) | pos(inp.base.rotate_left(5)) << 16;
-        Ring::Packed(PackedRing::resume(layout, None, base, feats).unwrap())
+        let ring = PackedRing::resume(layout, None, base, feats)
+            .or_else(|| PackedRing::resume(layout, None, pos(inp.base) << 16 | pos(inp.base), feats));
+        Ring::Packed(ring.unwrap())
     } else {
         Ring::Split(Vring::resume(layout, inp.base, inp.base, feats).unwrap())
     };

@@ -208,15 +208,29 @@ fn fresh_base_and_encoding() {
     assert!(!PackedRing::base_fits(0x0100_0000, 256));
     assert!(!PackedRing::base_fits(0x0000_0100, 256));
     assert!(!PackedRing::base_fits(0, 65536));
+    // The used position at most a lap behind the avail one.
+    assert!(PackedRing::base_fits(0x0005_8003, 8)); // used 5 lap 0, avail 3 lap 1
+    assert!(PackedRing::base_fits(0x0003_8003, 8)); // a whole lap
+    assert!(!PackedRing::base_fits(0x0002_8003, 8)); // more
+    assert!(!PackedRing::base_fits(0x8004_8003, 8)); // used ahead of avail
     assert!(PackedRing::resume(layout(256), None, 0x0000_0100, f()).is_none());
-    assert!(PackedRing::resume(layout(3), None, 0, f()).is_none());
     assert!(PackedRing::resume(layout(65536), None, 0, f()).is_none());
+    assert!(PackedRing::resume(layout(0), None, 0, f()).is_none());
     assert!(PackedRing::resume(layout(32768), None, 0xffff_ffff, f()).is_some());
+    // Any size: a queue reset may make it 200.
+    for num in [1, 3, 200, 32767] {
+        assert!(PackedRing::resume(layout(num), None, FRESH_BASE, f()).is_some(), "num {num}");
+    }
+    // Aligned parts only (16, 4, 4).
+    for (desc, driver, device) in [(DESC + 8, DRIVER, DEVICE), (DESC, DRIVER + 2, DEVICE), (DESC, DRIVER, DEVICE + 2)] {
+        let misaligned = RingLayout { num: 8, desc, avail: driver, used: device, used_log: None };
+        assert!(PackedRing::resume(misaligned, None, FRESH_BASE, f()).is_none());
+    }
 }
 
 #[test]
 fn chains_across_a_thousand_wraps() {
-    for num in [1u16, 2, 8, 64] {
+    for num in [1u16, 2, 8, 64, 3, 100] {
         let mut r = rig(num, f());
         let mut seed = 0x1234_5678_u64;
         let mut laps = 0u32;

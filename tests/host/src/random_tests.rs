@@ -145,11 +145,16 @@ pub fn one_packed_state(seed: u64) -> usize {
         Region::new(0x80000, 0x40000, BASE + 0x80000, 1 << 47).unwrap(),
     ];
     validate(&mut regions, 64).unwrap();
-    let num = 1u32 << r.below(6);
+    let num = if r.below(4) == 0 { 1 + r.below(70) as u32 } else { 1u32 << r.below(6) };
     let feats = RingFeatures { event_idx: r.below(2) == 1, indirect: r.below(2) == 1, notify_on_empty: r.below(2) == 1 };
     let (desc, driver, device) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x3100);
-    let wrap = |r: &mut Rng| if r.below(2) == 1 { 1u32 << 15 } else { 0 };
-    let base = (r.below(u64::from(num)) as u32 | wrap(&mut r)) << 16 | r.below(u64::from(num)) as u32 | wrap(&mut r);
+    // The avail position anywhere; the used one there too, or up to a lap
+    // behind (chains someone else took and never returned).
+    let avail_at = r.below(u64::from(num)) as u32 | if r.below(2) == 1 { 1 << 15 } else { 0 };
+    let behind = if r.below(4) == 0 { r.below(u64::from(num) + 1) as u32 } else { 0 };
+    let (index, lap) = (avail_at & 0x7fff, avail_at & 0x8000);
+    let used_at = if behind <= index { index - behind | lap } else { index + num - behind | (lap ^ 0x8000) };
+    let base = used_at << 16 | avail_at;
     let layout = RingLayout { num, desc, avail: driver, used: device, used_log: None };
     let mut ring = PackedRing::resume(layout, None, base, feats).unwrap();
     let mut junk = vec![0u8; 0x2400];
