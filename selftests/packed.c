@@ -97,7 +97,7 @@ static size_t frame_len(uint32_t seq)
  * and the frame in two pieces; or those three in an indirect table at the
  * end of the buffer slot. Only the last descriptor carries the buffer id
  * (the others another one), as the device must take it from there. Inside
- * a table NEXT is reserved and ignored: every other frame sets it.
+ * a table NEXT is reserved and ignored: every other table has it.
  */
 static int tx_post(struct h_dev *d, uint32_t seq, unsigned int nkinds)
 {
@@ -105,7 +105,7 @@ static int tx_post(struct h_dev *d, uint32_t seq, unsigned int nkinds)
 	uint16_t id = seq % v->num, other = (id + 1) % v->num;
 	uint64_t buf = h_buf(d, 1, id), tbl = buf + v->buf_size - 64;
 	uint32_t hl = d->hdr_len, len = frame_len(seq), cut = len / 3;
-	uint16_t tnext = seq % 2 ? VRING_DESC_F_NEXT : 0;
+	uint16_t tnext = (seq / nkinds) % 2 ? VRING_DESC_F_NEXT : 0;
 	struct vring_packed_desc c[3], *t = h_ptr(d, tbl);
 	uint8_t *p = h_ptr(d, buf);
 
@@ -451,6 +451,22 @@ TEST(stop_and_resume_at_the_base)
 	SKIP_ON_C();
 	ASSERT_EQ(0, h_setup(&d, &popts));
 	c = cursor_of(&d, 1);
+	/* A base set is the base read back, each half in its place: here the
+	 * avail position 11 ahead of the used one in the same lap, as with
+	 * chains in flight. */
+	{
+		struct vhost_vring_state s = { .index = 1, .num = 0x80058010 };
+		struct vhost_vring_file b = { .index = 1, .fd = -1 };
+
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_BASE, &s));
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_GET_VRING_BASE, &s));
+		EXPECT_EQ(0x80058010, s.num) TH_LOG("set 0x80058010, got %#x", s.num);
+		s.num = 0x80008000;
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_BASE, &s));
+		b.fd = d.tap;
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	}
 	/* Chains of 1, 2 and 3 entries: 50 of them end at entry 99, in the
 	 * second lap (wrap counter 0); the second round ends at entry 165,
 	 * in the third (wrap counter 1 again). */
