@@ -229,6 +229,37 @@ TEST(features)
 	close(fd);
 }
 
+/* The ring format changes only while no backend is attached (EBUSY with
+ * one: the ring was checked for the other format), and then starts at the
+ * new format's first position. A packed ring may have any size (a guest
+ * resizes one to 200 with a queue reset); a split ring is a power of two. */
+TEST(format_change_and_ring_sizes)
+{
+	struct h_dev d;
+	uint64_t split = 1ULL << VIRTIO_F_VERSION_1, packed = split | 1ULL << VIRTIO_F_RING_PACKED;
+	struct vhost_vring_state s = { .index = 0 };
+	int q;
+
+	SKIP_ON_C();
+	ASSERT_EQ(0, h_setup(&d, &popts));
+	EXPECT_EQ(-EBUSY, h_ioctl(d.fd, VHOST_SET_FEATURES, &split));
+	for (q = 0; q < 2; q++) {
+		struct vhost_vring_file b = { .index = q, .fd = -1 };
+
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	}
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_FEATURES, &split));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_GET_VRING_BASE, &s));
+	EXPECT_EQ(0, s.num) TH_LOG("split base after the change %#x", s.num);
+	s.num = 200;
+	EXPECT_EQ(-EINVAL, h_ioctl(d.fd, VHOST_SET_VRING_NUM, &s));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_FEATURES, &packed));
+	EXPECT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_NUM, &s));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_GET_VRING_BASE, &s));
+	EXPECT_EQ(0x80008000, s.num) TH_LOG("packed base after the change %#x", s.num);
+	h_teardown(&d);
+}
+
 /* Chains of one, two and three descriptors and indirect ones, round after
  * round, over many passes of a 64-entry ring. */
 TEST(tx_chains_over_wraps)
