@@ -22,6 +22,54 @@ impl Rng {
 const BASE: u64 = 0x1000_0000;
 const MEM: usize = 1 << 20;
 
+/// The 16 bytes of a descriptor: the split layout puts `flags` then
+/// `next` after the length, the packed layout the `id` then `flags`.
+fn desc_bytes(addr: u64, len: u32, flags: u16, next_or_id: u16, packed: bool) -> [u8; 16] {
+    let (third, fourth) = if packed { (next_or_id, flags) } else { (flags, next_or_id) };
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&addr.to_le_bytes());
+    b[8..12].copy_from_slice(&len.to_le_bytes());
+    b[12..14].copy_from_slice(&third.to_le_bytes());
+    b[14..].copy_from_slice(&fourth.to_le_bytes());
+    b
+}
+
+/// Random bytes over the ring area, then 64 plausible indirect-table
+/// entries at guest-physical 0x8000.
+fn junk_and_tables(r: &mut Rng, mem: &TestMem, ring_bytes: usize, packed: bool) {
+    let junk: Vec<u8> = (0..ring_bytes).map(|_| r.next() as u8).collect();
+    mem.put(BASE + 0x1000, &junk);
+    for i in 0..64u64 {
+        let flags = [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_INDIRECT][r.below(4) as usize];
+        let b = desc_bytes(r.below(0xc0000), r.below(0x800) as u32, flags, r.below(10) as u16, packed);
+        mem.put(BASE + 0x8000 + 16 * i, &b);
+    }
+}
+
+/// A random buffer: anywhere, near the hole between the regions, an
+/// indirect table, or inside guest memory; of a wild, table-like or
+/// plausible length.
+fn random_buffer(r: &mut Rng) -> (u64, u32) {
+    let addr = match r.below(4) {
+        0 => r.next(),
+        1 => 0x3f000 + r.below(0x2000),
+        2 if r.below(2) == 0 => 0x8000 + 16 * r.below(64),
+        _ => r.below(0xc0000),
+    };
+    let len = match r.below(5) {
+        0 => r.next() as u32,
+        1 => 16 * r.below(8) as u32,
+        _ => r.below(0x3000) as u32,
+    };
+    (addr, len)
+}
+
+/// Random descriptor flags, chains and indirect ones more likely.
+fn random_flags(r: &mut Rng) -> u16 {
+    let wild = r.next() as u16;
+    [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_NEXT, DESC_F_NEXT | DESC_F_WRITE, DESC_F_INDIRECT, wild][r.below(7) as usize]
+}
+
 /// Builds a random ring in fresh memory and pops until it is empty or
 /// refused, checking every invariant. Returns the number of chains popped.
 pub fn one_state(seed: u64) -> usize {
@@ -44,38 +92,13 @@ pub fn one_state(seed: u64) -> usize {
     let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, base, base, feats).unwrap();
     // Random bytes over the descriptor table, an indirect area and the
     // avail ring; then plausible-looking descriptors most of the time.
-    let mut junk = vec![0u8; 0x3000];
-    for b in junk.iter_mut() {
-        *b = r.next() as u8;
-    }
-    mem.put(BASE + 0x1000, &junk);
-    for i in 0..64u64 {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&r.below(0xc0000).to_le_bytes());
-        b[8..12].copy_from_slice(&(r.below(0x800) as u32).to_le_bytes());
-        let fl = [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_INDIRECT][r.below(4) as usize];
-        b[12..14].copy_from_slice(&fl.to_le_bytes());
-        b[14..].copy_from_slice(&(r.below(10) as u16).to_le_bytes());
-        mem.put(BASE + 0x8000 + 16 * i, &b);
-    }
+    junk_and_tables(&mut r, &mem, 0x3000, false);
     for i in 0..num as u64 {
         if r.below(3) != 0 {
-            let addr = match r.below(4) {
-                0 => r.next(),
-                1 => 0x3f000 + r.below(0x2000), // near the hole
-                2 if r.below(2) == 0 => 0x8000 + 16 * r.below(64), // an indirect table
-                _ => r.below(0xc0000),
-            };
-            let len = match r.below(5) { 0 => r.next() as u32, 1 => 16 * r.below(8) as u32, _ => r.below(0x3000) as u32 };
-            let flags = [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_NEXT, DESC_F_NEXT | DESC_F_WRITE,
-                DESC_F_INDIRECT, r.below(8) as u16][r.below(7) as usize];
+            let (addr, len) = random_buffer(&mut r);
+            let flags = random_flags(&mut r) & 7;
             let next = r.below(u64::from(num) + 2) as u16;
-            let mut b = [0u8; 16];
-            b[..8].copy_from_slice(&addr.to_le_bytes());
-            b[8..12].copy_from_slice(&len.to_le_bytes());
-            b[12..14].copy_from_slice(&flags.to_le_bytes());
-            b[14..].copy_from_slice(&next.to_le_bytes());
-            mem.put(desc + 16 * i, &b);
+            mem.put(desc + 16 * i, &desc_bytes(addr, len, flags, next, false));
         }
     }
     for i in 0..u64::from(num) {
@@ -157,46 +180,18 @@ pub fn one_packed_state(seed: u64) -> usize {
     let base = used_at << 16 | avail_at;
     let layout = RingLayout { num, desc, avail: driver, used: device, used_log: None };
     let mut ring = PackedRing::resume(layout, None, base, feats).unwrap();
-    let mut junk = vec![0u8; 0x2400];
-    for b in junk.iter_mut() {
-        *b = r.next() as u8;
-    }
-    mem.put(BASE + 0x1000, &junk);
-    // Indirect tables in packed layout (flags at 14).
-    for i in 0..64u64 {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&r.below(0xc0000).to_le_bytes());
-        b[8..12].copy_from_slice(&(r.below(0x800) as u32).to_le_bytes());
-        b[14..].copy_from_slice(&([0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_INDIRECT][r.below(4) as usize]).to_le_bytes());
-        mem.put(BASE + 0x8000 + 16 * i, &b);
-    }
+    junk_and_tables(&mut r, &mem, 0x2400, true);
     // Mostly descriptors available in the lap they sit in, so that chains
     // of several descriptors happen.
     let (mut index, mut lap) = (base & 0x7fff, base & 0x8000 != 0);
     for _ in 0..num {
-        let addr = match r.below(4) {
-            0 => r.next(),
-            1 => 0x3f000 + r.below(0x2000),
-            2 if r.below(2) == 0 => 0x8000 + 16 * r.below(64),
-            _ => r.below(0xc0000),
-        };
-        let len = match r.below(5) {
-            0 => r.next() as u32,
-            1 => 16 * r.below(8) as u32,
-            _ => r.below(0x3000) as u32,
-        };
-        let mut flags = [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_NEXT, DESC_F_NEXT | DESC_F_WRITE, DESC_F_INDIRECT, r.next() as u16]
-            [r.below(7) as usize];
+        let (addr, len) = random_buffer(&mut r);
+        let mut flags = random_flags(&mut r);
         if r.below(8) != 0 {
             flags = flags & !(DESC_F_AVAIL | DESC_F_USED) | if lap { DESC_F_AVAIL } else { DESC_F_USED };
         }
         let id = r.below(u64::from(num) + 2) as u16;
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&addr.to_le_bytes());
-        b[8..12].copy_from_slice(&len.to_le_bytes());
-        b[12..14].copy_from_slice(&id.to_le_bytes());
-        b[14..].copy_from_slice(&flags.to_le_bytes());
-        mem.put(desc + 16 * u64::from(index), &b);
+        mem.put(desc + 16 * u64::from(index), &desc_bytes(addr, len, flags, id, true));
         index += 1;
         if index == num {
             index = 0;
