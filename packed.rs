@@ -18,10 +18,11 @@
 //! `vring.rs`, this file uses only `core` and is tested and fuzzed on the
 //! host (`tests/host`).
 //!
-//! Flags are read and written with single-copy-atomic 16-bit accesses: the
-//! device reads a descriptor's flags, then (after a read barrier) the rest
-//! of it, and writes a used descriptor's id and length, then (after a write
-//! barrier) its flags, as section 2.8.21 requires.
+//! Flags are read with single-copy-atomic 16-bit accesses: the device reads
+//! a descriptor's flags, then (after a read barrier) the rest of it. It
+//! writes a used descriptor's length, id and flags in one single-copy-atomic
+//! 8-byte store, so the id and length can never be seen behind the flags
+//! (section 2.8.21), and its event flags with 16-bit stores.
 
 use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::Region;
@@ -87,6 +88,16 @@ impl PackedDesc {
 /// wrap counter is `wrap`.
 fn is_avail(flags: u16, wrap: bool) -> bool {
     (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) != wrap
+}
+
+/// The last 8 bytes of a used descriptor (length, id, flags) returning
+/// `elem` in the lap `wrap`: what [`GuestMemory::write_8`] stores.
+fn used_entry(elem: &UsedElem, wrap: bool) -> [u8; 8] {
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&elem.len.to_le_bytes());
+    bytes[4..6].copy_from_slice(&elem.head.to_le_bytes());
+    bytes[6..].copy_from_slice(&used_flags(wrap, elem.len).to_le_bytes());
+    bytes
 }
 
 /// The flags of a used descriptor written in the lap `wrap`, with
@@ -381,9 +392,12 @@ impl PackedRing {
     }
 
     /// Returns `elems` (popped chains, in any order) as used descriptors,
-    /// at the next used positions. The ids and lengths go first, then the
-    /// flags, the first element's last, so that the driver, which looks at
-    /// that one first, sees the whole batch at once. A write that faults
+    /// at the next used positions. Each used descriptor's length, id and
+    /// flags go out in one single-copy-atomic 8-byte store, so the driver
+    /// sees it whole or not at all (the id and length are never behind the
+    /// flags that expose them), with one user access per chain; the first
+    /// element's goes last, so that the driver, which looks at that one
+    /// first, sees the whole batch at once. A write that faults
     /// midway leaves the batch half visible: the ring then stops
     /// ([`VringError::UsedWriteFailed`]).
     pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
@@ -411,25 +425,17 @@ impl PackedRing {
             return Err(VringError::BadUsed);
         };
         let start = self.next_used;
-        let mut at = start;
-        for elem in elems {
-            let mut bytes = [0u8; 6];
-            bytes[..4].copy_from_slice(&elem.len.to_le_bytes());
-            bytes[4..].copy_from_slice(&elem.head.to_le_bytes());
-            mem.write(self.desc_addr(at.index) + DESC_LEN_OFFSET, &bytes)?;
+        let mut at = start.advance(first.positions, self.num);
+        for elem in rest {
+            mem.write_8(self.desc_addr(at.index) + DESC_LEN_OFFSET, used_entry(elem, at.wrap))?;
             at = at.advance(elem.positions, self.num);
         }
-        // The ids and lengths before the flags that expose them.
-        mem.wmb();
-        let mut flag_at = start.advance(first.positions, self.num);
-        for elem in rest {
-            mem.write_u16(self.desc_addr(flag_at.index) + DESC_FLAGS_OFFSET, used_flags(flag_at.wrap, elem.len))?;
-            flag_at = flag_at.advance(elem.positions, self.num);
-        }
+        // The rest of the batch before the first entry, which the driver
+        // looks at first.
         if !rest.is_empty() {
             mem.wmb();
         }
-        mem.write_u16(self.desc_addr(start.index) + DESC_FLAGS_OFFSET, used_flags(start.wrap, first.len))?;
+        mem.write_8(self.desc_addr(start.index) + DESC_LEN_OFFSET, used_entry(first, start.wrap))?;
         self.log_span(mem, log, start, at);
         self.next_used = at;
         // INVARIANT: `total` was in flight; it is no more.

@@ -66,6 +66,21 @@ impl GuestMemory for OwnerMem {
         Ok(())
     }
 
+    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError> {
+        if addr % 8 != 0 {
+            return Err(VringError::Fault);
+        }
+        let p = uptr(addr)?;
+        // A native store of the bytes' native value writes them in order.
+        let val = u64::from_ne_bytes(bytes);
+        // SAFETY: `put_user` checks the address itself and handles faults.
+        let ret = unsafe { shim::vnr_put_user_u64(p.as_mut_ptr().cast(), val) };
+        if ret != 0 {
+            return Err(VringError::Fault);
+        }
+        Ok(())
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError> {
         UserSlice::new(uptr(addr)?, buf.len())
             .reader()

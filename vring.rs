@@ -116,6 +116,10 @@ pub(crate) trait GuestMemory {
     fn read_u16(&self, addr: u64) -> Result<u16, VringError>;
     /// One single-copy-atomic 16-bit store.
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError>;
+    /// One single-copy-atomic store of the 8 bytes `bytes`, in that order,
+    /// at an 8-byte-aligned `addr`: what a packed ring's used descriptor
+    /// needs to appear whole, flags included.
+    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError>;
     /// Copies `buf.len()` bytes from `addr`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError>;
     /// Copies `buf` to `addr`.

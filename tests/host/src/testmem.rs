@@ -58,6 +58,15 @@ impl GuestMemory for TestMem {
         self.writes.borrow_mut().push((addr, 2));
         Ok(())
     }
+    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError> {
+        if addr % 8 != 0 {
+            return Err(VringError::Fault);
+        }
+        let r = self.range(addr, 8)?;
+        self.buf.borrow_mut()[r].copy_from_slice(&bytes);
+        self.writes.borrow_mut().push((addr, 8));
+        Ok(())
+    }
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), VringError> {
         let r = self.range(addr, out.len())?;
         out.copy_from_slice(&self.buf.borrow()[r]);
