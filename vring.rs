@@ -38,7 +38,8 @@ const USED_ELEM_SIZE: u64 = 8;
 /// Used elements written in one user copy (256 bytes of stack).
 const USED_CHUNK: usize = 32;
 
-/// Largest ring: `num` is a power of two that fits the 16-bit indices.
+/// Largest ring: a split ring's `num` is a power of two that fits the
+/// 16-bit indices, a packed ring's fits the 15 bits of a position.
 pub(crate) const MAX_NUM: u32 = 32768;
 
 /// Most segments one chain may have once translated (`UIO_MAXIOV`).
@@ -245,7 +246,7 @@ pub(crate) struct Vring {
 /// Where a ring lives and where it resumes: what `Vring::new` needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RingLayout {
-    /// Entries: a power of two up to 32768.
+    /// Entries: up to 32768 (a power of two for a split ring).
     pub(crate) num: u32,
     pub(crate) desc: u64,
     pub(crate) avail: u64,
