@@ -213,6 +213,9 @@ pub(crate) struct PackedRing {
     /// The device event area's guest-physical address, if its writes are
     /// logged (`log_guest_addr`, as QEMU gives it for a packed ring).
     device_log: Option<u64>,
+    /// The device event flags this ring last wrote, `None` before it wrote
+    /// any (the area is the guest's memory: it starts unknown).
+    device_flags: Option<u16>,
 }
 
 impl PackedRing {
@@ -250,6 +253,7 @@ impl PackedRing {
             signalled_valid: false,
             desc_log: layout.used_log.and(desc_log),
             device_log: layout.used_log,
+            device_flags: None,
         })
     }
 
@@ -275,6 +279,8 @@ impl PackedRing {
     pub(crate) fn set_features(&mut self, features: RingFeatures) {
         if features.event_idx != self.features.event_idx {
             self.signalled_valid = false;
+            // The flags mean something else now: write them again.
+            self.device_flags = None;
         }
         self.features = features;
     }
@@ -507,23 +513,41 @@ impl PackedRing {
         let unseen = self.next_avail.advance(self.seen_ahead, self.num);
         if self.features.event_idx {
             mem.write_u16(self.device + EVENT_OFF_WRAP_OFFSET, unseen.encode())?;
+            Self::log(mem, log, self.device_log, EVENT_OFF_WRAP_OFFSET, 2);
             // The position before the flags that point at it.
             mem.wmb();
-            mem.write_u16(self.device + EVENT_FLAGS_OFFSET, EVENT_FLAG_DESC)?;
+            self.set_device_flags(mem, log, EVENT_FLAG_DESC)?;
         } else {
-            mem.write_u16(self.device + EVENT_FLAGS_OFFSET, EVENT_FLAG_ENABLE)?;
+            self.set_device_flags(mem, log, EVENT_FLAG_ENABLE)?;
         }
-        Self::log(mem, log, self.device_log, 0, EVENT_SIZE);
         // The store above must be visible before looking at the ring, or a
         // kick could be lost.
         mem.mb();
         self.avail_at(mem, unseen)
     }
 
-    /// Asks the guest not to kick while the device polls the ring.
+    /// Asks the guest not to kick while the device polls the ring. With
+    /// event-idx nothing is written, as for a split ring: the position the
+    /// device last asked a kick for is behind the driver once the device
+    /// runs, so the driver does not kick again.
     pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
-        mem.write_u16(self.device + EVENT_FLAGS_OFFSET, EVENT_FLAG_DISABLE)?;
+        if self.features.event_idx {
+            return Ok(());
+        }
+        self.set_device_flags(mem, log, EVENT_FLAG_DISABLE)
+    }
+
+    /// Writes the device event area's flags, unless this ring wrote the same
+    /// value last: one user store fewer per run.
+    fn set_device_flags<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
+        if self.device_flags == Some(flags) {
+            return Ok(());
+        }
+        // Unknown until the write is done, should it fault.
+        self.device_flags = None;
+        mem.write_u16(self.device + EVENT_FLAGS_OFFSET, flags)?;
         Self::log(mem, log, self.device_log, EVENT_FLAGS_OFFSET, 2);
+        self.device_flags = Some(flags);
         Ok(())
     }
 }
