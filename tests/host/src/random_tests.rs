@@ -70,6 +70,27 @@ fn random_flags(r: &mut Rng) -> u16 {
     [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_NEXT, DESC_F_NEXT | DESC_F_WRITE, DESC_F_INDIRECT, wild][r.below(7) as usize]
 }
 
+/// What every accepted chain of either format must be: its head (buffer
+/// id) inside the ring, at least one ring position, its segments inside
+/// the iov array and adding up to its lengths, and each inside one region,
+/// at the same offset in guest-physical and owner memory (the dirty log
+/// marks `gpa`).
+fn check_chain(c: &Chain, num: u32, iov: &[Iov], regions: &[Region]) {
+    assert!(u32::from(c.head) < num);
+    assert!(c.positions >= 1);
+    assert!(c.out + c.inn <= iov.len());
+    let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
+    assert_eq!(total, c.out_len + c.in_len);
+    for s in &iov[..c.out + c.inn] {
+        let inside = regions.iter().any(|g| {
+            s.addr >= g.uaddr()
+                && s.addr + s.len <= g.uaddr() + g.size()
+                && s.gpa.checked_sub(g.gpa()) == Some(s.addr - g.uaddr())
+        });
+        assert!(inside, "segment {s:?} outside guest memory, or its gpa does not match");
+    }
+}
+
 /// Builds a random ring in fresh memory and pops until it is empty or
 /// refused, checking every invariant. Returns the number of chains popped.
 pub fn one_state(seed: u64) -> usize {
@@ -119,20 +140,7 @@ pub fn one_state(seed: u64) -> usize {
             }
             Ok(Some(c)) => {
                 assert_eq!(ring.last_avail_idx(), before.wrapping_add(1));
-                assert!(u32::from(c.head) < num);
-                assert!(c.out + c.inn <= iov.len());
-                let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
-                assert_eq!(total, c.out_len + c.in_len);
-                for s in &iov[..c.out + c.inn] {
-                    // Inside one region, at the same offset in guest-physical
-                    // and owner memory: the dirty log marks `gpa`.
-                    let inside = regions.iter().any(|g| {
-                        s.addr >= g.uaddr()
-                            && s.addr + s.len <= g.uaddr() + g.size()
-                            && s.gpa.checked_sub(g.gpa()) == Some(s.addr - g.uaddr())
-                    });
-                    assert!(inside, "segment {s:?} outside guest memory, or its gpa does not match");
-                }
+                check_chain(&c, num, &iov, &regions);
                 popped += 1;
                 assert!(popped <= num as usize, "popped more than the ring holds");
                 let _ = ring.add_used(&mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1 }]);
@@ -210,19 +218,7 @@ pub fn one_packed_state(seed: u64) -> usize {
                 break;
             }
             Ok(Some(c)) => {
-                assert!(u32::from(c.head) < num);
-                assert!(c.positions >= 1);
-                assert!(c.out + c.inn <= iov.len());
-                let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
-                assert_eq!(total, c.out_len + c.in_len);
-                for s in &iov[..c.out + c.inn] {
-                    let inside = regions.iter().any(|g| {
-                        s.addr >= g.uaddr()
-                            && s.addr + s.len <= g.uaddr() + g.size()
-                            && s.gpa.checked_sub(g.gpa()) == Some(s.addr - g.uaddr())
-                    });
-                    assert!(inside, "segment {s:?} outside guest memory, or its gpa does not match");
-                }
+                check_chain(&c, num, &iov, &regions);
                 in_flight.push(UsedElem::of(&c, 0));
                 assert!(positions(&in_flight) <= num, "more in flight than the ring holds");
                 popped += 1;
