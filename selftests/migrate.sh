@@ -21,9 +21,10 @@
 #     guest's new port, plus 20 in flight;
 #   - the streamed bytes the guest read match, byte for byte (md5), what
 #     the host sent. The guest's reader is stopped (SIGSTOP) as soon as
-#     the migration starts and continued on the destination (when the
-#     guest's shell answers in time, which under TCG it often does not
-#     during a migration: a failed attempt is reported), so what
+#     the migration starts (when the guest's shell answers in time, which
+#     under TCG it often does not during a migration: a failed attempt is
+#     reported, though the signal may have gone through) and continued on
+#     the destination (retried until the shell answers there), so what
 #     arrives meanwhile waits in the guest's socket queue, in the RX
 #     buffers the device wrote, across the switch-over; a page the device
 #     wrote without logging it reaches the destination stale, and since
@@ -131,11 +132,19 @@ net_up() {
 	done
 }
 
-# reader_signal SIG: sends SIG to the guest's stream reader; says why not.
+# reader_signal SIG [TRIES]: sends SIG to the guest's stream reader, in up
+# to TRIES attempts (default 1) of 20 s each; says how it went if not at
+# the first attempt.
 reader_signal() {
-	local out
-	out=$(G_RUN_TIMEOUT=20 g_run "kill -$1 \$(cat /rx.pid)" 2>&1) ||
-		vnr_detail "kill -$1 of the guest's reader failed: $(echo "$out" | tr '\n' ' ')"
+	local out try t0=$SECONDS
+	for ((try = 1; try <= ${2:-1}; try++)); do
+		if out=$(G_RUN_TIMEOUT=20 g_run "kill -$1 \$(cat /rx.pid)" 2>&1); then
+			[ "$try" = 1 ] || vnr_detail "kill -$1 of the guest's reader went through at attempt $try, after $((SECONDS - t0)) s"
+			return 0
+		fi
+	done
+	vnr_detail "kill -$1 of the guest's reader failed $((try - 1)) times in $((SECONDS - t0)) s: $(echo "$out" | tr '\n' ' ')"
+	return 1
 }
 
 drv_name() { [ "$1" = rs ] && echo vhost-net-rs || echo C; }
@@ -237,7 +246,12 @@ migrate_case() {
 
 	# The destination carries the guest from here; the source goes away.
 	G_PID=$DST_PID G_LOG=$DST_LOG
-	reader_signal CONT
+	# The STOP may have reached the guest even if its answer did not (the
+	# guest is held paused for the RAM comparison meanwhile), and a reader
+	# left stopped stalls the stream for good: the CONT is retried until
+	# the destination's shell answers. Taking that long is a failure of
+	# its own, in the stream check below.
+	reader_signal CONT 5
 	stop_qemu "$SRC_PID" "$SRC_LOG"
 	SRC_PID=
 	sleep 6
