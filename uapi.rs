@@ -159,6 +159,7 @@ pub(crate) mod feature {
     pub(crate) const VHOST_NET_F_VIRTIO_NET_HDR: u32 = 27;
     pub(crate) const VIRTIO_F_VERSION_1: u32 = 32;
     pub(crate) const VIRTIO_F_RING_PACKED: u32 = 34;
+    pub(crate) const VIRTIO_F_IN_ORDER: u32 = 35;
     pub(crate) const VIRTIO_F_RING_RESET: u32 = 40;
     pub(crate) const VHOST_F_LOG_ALL: u32 = 26;
 }
@@ -170,8 +171,8 @@ pub(crate) const fn bit(n: u32) -> u64 {
 
 /// The virtio features this driver really implements. Nothing is offered
 /// before its data path exists and is tested; in particular
-/// `ACCESS_PLATFORM` (IOTLB) and `IN_ORDER` are not offered. The packed ring
-/// is, though the C driver never had it.
+/// `ACCESS_PLATFORM` (IOTLB) is not offered. The packed ring is, though the
+/// C driver never had it.
 pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     | bit(feature::VIRTIO_NET_F_MRG_RXBUF)
     | bit(feature::VIRTIO_RING_F_INDIRECT_DESC)
@@ -181,6 +182,10 @@ pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     | bit(feature::VIRTIO_F_VERSION_1)
     // The packed virtqueue (packed.rs), dirty logging included.
     | bit(feature::VIRTIO_F_RING_PACKED)
+    // Every queue uses buffers in the order they came (TX and RX both take
+    // and return chains in ring order); a split ring then returns a run of
+    // them with one used element (Vring::add_used).
+    | bit(feature::VIRTIO_F_IN_ORDER)
     // A queue reset is the driver stopping and restarting one queue through
     // the vring ioctls while the other runs, which every queue supports.
     | bit(feature::VIRTIO_F_RING_RESET)

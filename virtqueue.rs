@@ -332,6 +332,7 @@ fn ring_features(features: u64) -> RingFeatures {
         event_idx: features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0,
         indirect: features & bit(feature::VIRTIO_RING_F_INDIRECT_DESC) != 0,
         notify_on_empty: features & bit(feature::VIRTIO_F_NOTIFY_ON_EMPTY) != 0,
+        in_order: features & bit(feature::VIRTIO_F_IN_ORDER) != 0,
     }
 }
 

@@ -161,17 +161,22 @@ impl Desc {
 /// A used-ring element: the head of a chain (the buffer id of a packed
 /// chain) and the bytes written to it, with the ring positions the chain
 /// took (1 in a split ring, its descriptor count in a packed ring).
+/// `complete` says that `len` is every writable byte of the chain (a
+/// chain without writable bytes is complete at length 0): with
+/// `VIRTIO_F_IN_ORDER` such an element may go unwritten, since the driver
+/// takes a skipped buffer as used completely.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct UsedElem {
     pub(crate) head: u16,
     pub(crate) len: u32,
     pub(crate) positions: u16,
+    pub(crate) complete: bool,
 }
 
 impl UsedElem {
     /// The used element that returns `chain` with `len` bytes written.
     pub(crate) fn of(chain: &Chain, len: u32) -> Self {
-        UsedElem { head: chain.head, len, positions: chain.positions }
+        UsedElem { head: chain.head, len, positions: chain.positions, complete: u64::from(len) == chain.in_len }
     }
 }
 
@@ -211,6 +216,10 @@ pub(crate) struct RingFeatures {
     pub(crate) event_idx: bool,
     pub(crate) indirect: bool,
     pub(crate) notify_on_empty: bool,
+    /// `VIRTIO_F_IN_ORDER`: buffers are used in the order they were made
+    /// available (this device always does), so a split ring may return a
+    /// run of them with one used element.
+    pub(crate) in_order: bool,
 }
 
 /// The device side of one split virtqueue.
@@ -490,6 +499,28 @@ impl Vring {
         log: &L,
         heads: &[UsedElem],
     ) -> Result<(), VringError> {
+        let idx = if self.features.in_order {
+            self.write_used_in_order(mem, log, heads)?
+        } else {
+            self.write_used(mem, log, heads)?
+        };
+        // The elements must be visible before the index that exposes them.
+        mem.wmb();
+        mem.write_u16(self.used_idx_addr(), idx)?;
+        self.log_used(mem, log, self.used_idx_addr() - self.used, 2)?;
+        let old = self.last_used_idx;
+        self.last_used_idx = idx;
+        // If the guest's used_event fell inside the skipped range, the
+        // event-idx check below must see it; an index wrap invalidates it.
+        if self.signalled_used_valid && idx.wrapping_sub(self.signalled_used) < idx.wrapping_sub(old) {
+            self.signalled_used_valid = false;
+        }
+        Ok(())
+    }
+
+    /// Writes one used element per chain in `heads` from `last_used_idx`
+    /// on; returns the used index that publishes them.
+    fn write_used<M: GuestMemory, L: WriteLog>(&self, mem: &M, log: &L, heads: &[UsedElem]) -> Result<u16, VringError> {
         // Elements adjacent in the ring go out in one copy, up to
         // USED_CHUNK at a time: one user access per batch instead of one
         // per packet, as C's __vhost_add_used_n does.
@@ -510,18 +541,39 @@ impl Vring {
             idx = idx.wrapping_add(n as u16);
             rest = &rest[n..];
         }
-        // The elements must be visible before the index that exposes them.
-        mem.wmb();
-        mem.write_u16(self.used_idx_addr(), idx)?;
-        self.log_used(mem, log, self.used_idx_addr() - self.used, 2)?;
-        let old = self.last_used_idx;
-        self.last_used_idx = idx;
-        // If the guest's used_event fell inside the skipped range, the
-        // event-idx check below must see it; an index wrap invalidates it.
-        if self.signalled_used_valid && idx.wrapping_sub(self.signalled_used) < idx.wrapping_sub(old) {
-            self.signalled_used_valid = false;
+        Ok(idx)
+    }
+
+    /// With `VIRTIO_F_IN_ORDER` (virtio 2.7.9, "In-order use of
+    /// descriptors"): one used element per run of chains, written at the
+    /// slot of the run's first chain and naming the run's last one; the used
+    /// index still counts every chain. A run ends at a chain that is not
+    /// complete, since the driver must learn its length, and at the end of
+    /// `heads`; the driver takes the chains skipped over as used completely.
+    /// A TX batch is then one element, an RX packet one per packet. Returns
+    /// the used index that publishes them.
+    fn write_used_in_order<M: GuestMemory, L: WriteLog>(
+        &self,
+        mem: &M,
+        log: &L,
+        heads: &[UsedElem],
+    ) -> Result<u16, VringError> {
+        let mut idx = self.last_used_idx;
+        let mut run_start = idx;
+        for (at, elem) in heads.iter().enumerate() {
+            idx = idx.wrapping_add(1);
+            if elem.complete && at + 1 < heads.len() {
+                continue;
+            }
+            let mut entry = [0u8; USED_ELEM_SIZE as usize];
+            entry[..4].copy_from_slice(&u32::from(elem.head).to_le_bytes());
+            entry[4..].copy_from_slice(&elem.len.to_le_bytes());
+            let addr = self.used_elem_addr(run_start);
+            mem.write(addr, &entry)?;
+            self.log_used(mem, log, addr - self.used, USED_ELEM_SIZE)?;
+            run_start = idx;
         }
-        Ok(())
+        Ok(idx)
     }
 
     /// Whether the guest wants an interrupt for what was just added, following

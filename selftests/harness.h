@@ -71,6 +71,14 @@
 #define H_P_DEVICE	(H_P_DRIVER + 4096)
 #define H_P_CHAIN	(H_P_DEVICE + 4096)
 
+/*
+ * A split queue with VIRTIO_F_IN_ORDER (h_opts.in_order): the driver's
+ * record, per avail position, of the head it published there and the
+ * writable bytes of that chain, at 3 MiB into the queue's 4 MiB.
+ */
+#define H_IO_HEAD	(3UL << 20)
+#define H_IO_LEN	(H_IO_HEAD + 2UL * H_MAX_NUM)
+
 /* Packed descriptor flags (virtio 1.1 2.8.1): AVAIL and USED as bits. */
 #define H_P_AVAIL	(1 << VRING_PACKED_DESC_F_AVAIL)
 #define H_P_USED	(1 << VRING_PACKED_DESC_F_USED)
@@ -104,6 +112,20 @@ struct h_vq {
 	uint16_t p_found;	/* used entries seen from p_used on, not taken */
 	uint16_t p_scan;	/* the position after them, and its wrap */
 	bool p_scan_wrap;
+	/*
+	 * Split ring with VIRTIO_F_IN_ORDER (h_opts.in_order). The device may
+	 * return a run of buffers with one used element, in the slot of the
+	 * run's first buffer, naming its last one; the buffers before it were
+	 * used completely (virtio 2.7.9). io_head and io_len say, per avail
+	 * position, which head went there and how many bytes it can take;
+	 * h_take_used() hands out the run one buffer at a time as if each had
+	 * its own element. io_left: buffers of the current run not taken yet,
+	 * io_last its element.
+	 */
+	uint16_t *io_head;
+	uint32_t *io_len;
+	uint16_t io_left;
+	struct vring_used_elem io_last;
 };
 
 struct h_dev {
@@ -116,6 +138,7 @@ struct h_dev {
 	bool vhost_hdr;		/* VHOST_NET_F_VIRTIO_NET_HDR: vhost adds/strips */
 	unsigned int hdr_len;	/* virtio-net header length the guest sees */
 	bool packed;		/* VIRTIO_F_RING_PACKED negotiated */
+	bool in_order;		/* VIRTIO_F_IN_ORDER negotiated */
 	struct h_vq vq[2];	/* 0 = RX, 1 = TX */
 };
 
@@ -132,6 +155,7 @@ struct h_opts {
 	bool macvtap;		/* backend: a macvtap on a veth, not a tap */
 	bool kthread_workers;	/* VHOST_SET_FORK_FROM_OWNER 0 before SET_OWNER */
 	bool packed;		/* packed rings (VIRTIO_F_RING_PACKED), not split */
+	bool in_order;		/* VIRTIO_F_IN_ORDER: buffers used in ring order */
 };
 
 static inline uint64_t h_now_ns(void)
@@ -425,6 +449,9 @@ static inline void h_vq_layout(struct h_dev *d, int q, unsigned int num, uint16_
 	/* The device reads used->idx when the backend is set. */
 	v->vr.used->idx = base;
 	v->vr.avail->idx = base;
+	v->io_head = (uint16_t *)(d->mem + H_RING_OFF(q) + H_IO_HEAD);
+	v->io_len = (uint32_t *)(d->mem + H_RING_OFF(q) + H_IO_LEN);
+	v->io_left = 0;
 	if (d->packed) {
 		uint8_t *r = d->mem + H_RING_OFF(q);
 
@@ -682,8 +709,11 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 		f |= 1ULL << VHOST_NET_F_VIRTIO_NET_HDR;
 	if (o->packed)
 		f |= 1ULL << VIRTIO_F_RING_PACKED;
+	if (o->in_order)
+		f |= 1ULL << VIRTIO_F_IN_ORDER;
 	d->features = f;
 	d->packed = o->packed;
+	d->in_order = o->in_order;
 	d->vhost_hdr = o->vhost_hdr;
 	d->hdr_len = (o->mrg_rxbuf || o->version_1) ? 12 : 10;
 
@@ -955,6 +985,33 @@ static inline struct vring_used_elem h_packed_take(struct h_vq *v)
 	return e;
 }
 
+/* The device-writable bytes of the split chain at `head` on queue q, as a
+ * driver counts them when it adds the buffer (total_in_len); 0 for a chain
+ * that is malformed. */
+static inline uint32_t h_chain_in_len(struct h_dev *d, int q, uint16_t head)
+{
+	struct h_vq *v = &d->vq[q];
+	struct vring_desc *t = v->vr.desc;
+	unsigned int i = head % v->num, n = v->num, k;
+	uint32_t len = 0;
+
+	if (t[i].flags & VRING_DESC_F_INDIRECT) {
+		if (t[i].addr + t[i].len > H_MEM_SIZE)
+			return 0;
+		n = t[i].len / sizeof(*t);
+		t = h_ptr(d, t[i].addr);
+		i = 0;
+	}
+	for (k = 0; k < n && i < n; k++) {
+		if (t[i].flags & VRING_DESC_F_WRITE)
+			len += t[i].len;
+		if (!(t[i].flags & VRING_DESC_F_NEXT))
+			break;
+		i = t[i].next;
+	}
+	return len;
+}
+
 /* Publishes descriptor head `head` on queue q (does not kick). */
 static inline void h_publish(struct h_dev *d, int q, uint16_t head)
 {
@@ -963,6 +1020,10 @@ static inline void h_publish(struct h_dev *d, int q, uint16_t head)
 	if (d->packed) {
 		h_packed_publish(d, q, head);
 		return;
+	}
+	if (d->in_order) {
+		v->io_head[v->avail_idx % v->num] = head;
+		v->io_len[v->avail_idx % v->num] = h_chain_in_len(d, q, head);
 	}
 	v->vr.avail->ring[v->avail_idx % v->num] = head;
 	__atomic_store_n(&v->vr.avail->idx, (uint16_t)(v->avail_idx + 1), __ATOMIC_RELEASE);
@@ -996,6 +1057,42 @@ static inline int h_wait_used(struct h_dev *d, int q, uint16_t n, int timeout_ms
 	return 0;
 }
 
+/*
+ * The next buffer of an in-order run (see h_vq.io_head). At a run's start
+ * the element in the used slot of the next buffer names the run's last
+ * buffer; the slot is then poisoned, so that an element the device writes
+ * into the wrong slot is never taken for a later run's. An element naming
+ * no buffer in flight is logged and returned as id 0xffff, which every
+ * caller refuses.
+ */
+static inline struct vring_used_elem h_take_in_order(struct h_vq *v)
+{
+	uint16_t pending = (uint16_t)(__atomic_load_n(&v->vr.used->idx, __ATOMIC_ACQUIRE) - v->used_seen);
+	uint16_t at = v->used_seen % v->num, k;
+	struct vring_used_elem e;
+
+	if (!v->io_left) {
+		v->io_last = v->vr.used->ring[at];
+		v->vr.used->ring[at] = (struct vring_used_elem){ 0xffff, 0xffffffffu };
+		for (k = 0; k < pending; k++)
+			if (v->io_head[(uint16_t)(v->used_seen + k) % v->num] == v->io_last.id)
+				break;
+		if (k == pending) {
+			H_LOG("in-order: used element id %u at index %u names none of the %u buffers in flight",
+			      v->io_last.id, v->used_seen, pending);
+			v->used_seen++;
+			return (struct vring_used_elem){ 0xffff, 0 };
+		}
+		v->io_left = k + 1;
+	}
+	if (--v->io_left)
+		e = (struct vring_used_elem){ v->io_head[at], v->io_len[at] };
+	else
+		e = v->io_last;
+	v->used_seen++;
+	return e;
+}
+
 static inline struct vring_used_elem h_take_used(struct h_dev *d, int q)
 {
 	struct h_vq *v = &d->vq[q];
@@ -1003,6 +1100,8 @@ static inline struct vring_used_elem h_take_used(struct h_dev *d, int q)
 
 	if (d->packed)
 		return h_packed_take(v);
+	if (d->in_order)
+		return h_take_in_order(v);
 	e = v->vr.used->ring[v->used_seen % v->num];
 	v->used_seen++;
 	return e;
@@ -1130,8 +1229,12 @@ static inline int h_run_tx(struct h_dev *d, uint32_t count, size_t len, int layo
 			      (uint16_t)(v->avail_idx - v->used_seen));
 			return -1;
 		}
-		while (h_used_pending(d, 1))
-			h_take_used(d, 1);
+		while (h_used_pending(d, 1)) {
+			if (h_take_used(d, 1).id >= v->num) {
+				H_LOG("tx: bad used element");
+				return -1;
+			}
+		}
 	}
 	return 0;
 }

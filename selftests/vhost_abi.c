@@ -129,7 +129,8 @@ TEST(features_offered_and_checked)
 		     (1ULL << VIRTIO_RING_F_INDIRECT_DESC) | (1ULL << VIRTIO_RING_F_EVENT_IDX) |
 		     (1ULL << VIRTIO_F_NOTIFY_ON_EMPTY) | (1ULL << VIRTIO_F_ANY_LAYOUT) |
 		     (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_F_RING_RESET) |
-		     (1ULL << VIRTIO_F_RING_PACKED) | (1ULL << VHOST_F_LOG_ALL);
+		     (1ULL << VIRTIO_F_RING_PACKED) | (1ULL << VIRTIO_F_IN_ORDER) |
+		     (1ULL << VHOST_F_LOG_ALL);
 	__u64 f = 0, bad;
 
 	if (h_on_c_driver())
@@ -142,8 +143,8 @@ TEST(features_offered_and_checked)
 	EXPECT_EQ(-EOPNOTSUPP, xioctl(fd, VHOST_SET_FEATURES, &bad));
 	bad = 1ULL << 63;
 	EXPECT_EQ(-EOPNOTSUPP, xioctl(fd, VHOST_SET_FEATURES, &bad));
-	/* IN_ORDER (35) is not offered. */
-	bad = 1ULL << 35;
+	/* Bit 36 (NOTIFICATION_DATA) is not offered. */
+	bad = 1ULL << 36;
 	EXPECT_EQ(-EOPNOTSUPP, xioctl(fd, VHOST_SET_FEATURES, &bad));
 
 	f = 0x5a5a;

@@ -1,7 +1,7 @@
 //! Structure-aware fuzzing of the ring parsers: the input is a ring (size,
 //! features, format, descriptor table, avail ring, indices) plus a sequence
 //! of device operations, with the guest allowed to scribble between them.
-//! Bit 3 of `feats` makes it a packed ring (the descriptors in packed
+//! Bit 4 of `feats` negotiates `IN_ORDER`; bit 3 makes it a packed ring (the descriptors in packed
 //! layout, bits 3 and 4 of their flags byte AVAIL and USED, `next` their
 //! id, `base` both positions).
 //! Every accepted chain must stay inside guest memory and the iov array.
@@ -90,6 +90,7 @@ pub fn run(inp: Input) {
         event_idx: inp.feats & 1 != 0,
         indirect: inp.feats & 2 != 0,
         notify_on_empty: inp.feats & 4 != 0,
+        in_order: inp.feats & 16 != 0,
     };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     for (i, d) in inp.descs.iter().take(num as usize).enumerate() {

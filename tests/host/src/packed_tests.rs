@@ -170,7 +170,7 @@ fn layout(num: u32) -> RingLayout {
 }
 
 fn f() -> RingFeatures {
-    RingFeatures { event_idx: false, indirect: true, notify_on_empty: false }
+    RingFeatures { event_idx: false, indirect: true, notify_on_empty: false, in_order: false }
 }
 
 fn rig(num: u16, feats: RingFeatures) -> Rig {
@@ -371,7 +371,7 @@ fn chains_in_flight_never_exceed_the_ring() {
     Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_USED);
     assert_eq!(r.pop(), Err(VringError::Loop));
     // Returning more than was taken is refused, not believed.
-    let elem = UsedElem { head: 0, len: 0, positions: 5 };
+    let elem = UsedElem { head: 0, len: 0, positions: 5, complete: true };
     assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[elem]), Err(VringError::BadUsed));
 }
 

@@ -107,6 +107,7 @@ pub fn one_state(seed: u64) -> usize {
         event_idx: r.below(2) == 1,
         indirect: r.below(2) == 1,
         notify_on_empty: r.below(2) == 1,
+        in_order: r.below(2) == 1,
     };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     let base = r.next() as u16;
@@ -143,7 +144,7 @@ pub fn one_state(seed: u64) -> usize {
                 check_chain(&c, num, &iov, &regions);
                 popped += 1;
                 assert!(popped <= num as usize, "popped more than the ring holds");
-                let _ = ring.add_used(&mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1 }]);
+                let _ = ring.add_used(&mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1, complete: true }]);
                 let _ = ring.should_notify(&mem);
             }
         }
@@ -177,7 +178,7 @@ pub fn one_packed_state(seed: u64) -> usize {
     ];
     validate(&mut regions, 64).unwrap();
     let num = if r.below(4) == 0 { 1 + r.below(70) as u32 } else { 1u32 << r.below(6) };
-    let feats = RingFeatures { event_idx: r.below(2) == 1, indirect: r.below(2) == 1, notify_on_empty: r.below(2) == 1 };
+    let feats = RingFeatures { event_idx: r.below(2) == 1, indirect: r.below(2) == 1, notify_on_empty: r.below(2) == 1, in_order: r.below(2) == 1 };
     let (desc, driver, device) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x3100);
     // The avail position anywhere; the used one there too, or up to a lap
     // behind (chains someone else took and never returned).

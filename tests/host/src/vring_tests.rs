@@ -46,7 +46,7 @@ impl Rig {
 }
 
 fn f() -> RingFeatures {
-    RingFeatures { event_idx: false, indirect: true, notify_on_empty: false }
+    RingFeatures { event_idx: false, indirect: true, notify_on_empty: false, in_order: false }
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn pops_a_chain_and_publishes_used() {
     assert_eq!(r.iov[0], Iov { gpa: 0x8000, addr: BASE + 0x8000, len: 100 });
     assert_eq!(r.iov[1], Iov { gpa: 0x9000, addr: BASE + 0x9000, len: 200 });
     assert_eq!(r.pop().unwrap(), None);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 200, positions: 1 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&c, 200)]).unwrap();
     assert_eq!(r.mem.get_u16(USED + 2), 1);
     assert_eq!(r.mem.get(USED + 4, 8), [0, 0, 0, 0, 200, 0, 0, 0]);
 }
@@ -210,7 +210,7 @@ fn indices_wrap_past_65535() {
         r.avail(idx.wrapping_sub(1), 0, idx);
         let c = r.pop().unwrap().unwrap();
         assert_eq!(c.head, 0);
-        r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1 }]).unwrap();
+        r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1, complete: true }]).unwrap();
         assert_eq!(r.mem.get_u16(USED + 2), idx);
     }
     assert_eq!(r.ring.last_avail_idx(), 65533u16.wrapping_add(10));
@@ -240,19 +240,19 @@ fn notification_suppression() {
     // Without event-idx: NO_INTERRUPT in avail->flags suppresses.
     let mut r = rig(8, f());
     r.mem.put_u16(AVAIL, AVAIL_F_NO_INTERRUPT);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap();
     assert!(!r.ring.should_notify(&r.mem).unwrap());
     r.mem.put_u16(AVAIL, 0);
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // With event-idx: only when used_event is crossed.
     let ev = RingFeatures { event_idx: true, ..f() };
     let mut r = rig(8, ev);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap();
     assert!(r.ring.should_notify(&r.mem).unwrap()); // first one always
     r.mem.put_u16(AVAIL + 4 + 2 * 8, 5); // used_event = 5
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }]).unwrap(); // used 2
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap(); // used 2
     assert!(!r.ring.should_notify(&r.mem).unwrap());
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1 }, UsedElem { head: 0, len: 0, positions: 1 }, UsedElem { head: 0, len: 0, positions: 1 }, UsedElem { head: 0, len: 0, positions: 1 }]).unwrap(); // used 6
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }, UsedElem { head: 0, len: 0, positions: 1, complete: true }, UsedElem { head: 0, len: 0, positions: 1, complete: true }, UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap(); // used 6
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // enable_notify publishes avail_event, and reports only entries that
     // arrived since avail->idx was last read.
@@ -292,7 +292,7 @@ fn used_ring_writes_are_logged_at_the_log_address() {
         let marks = Marks::default();
         // Three elements from slot 6: they wrap, so two copies, each logged,
         // then used->idx.
-        let elem = UsedElem { head: 0, len: 1, positions: 1 };
+        let elem = UsedElem { head: 0, len: 1, positions: 1, complete: false };
         r.ring.add_used(&r.mem, &marks, &[elem, elem, elem]).unwrap();
         assert_eq!(*marks.0.borrow(), vec![(LOG_AT + 4 + 8 * 6, 16), (LOG_AT + 4, 8), (LOG_AT + 2, 2)]);
         marks.0.borrow_mut().clear();
@@ -312,4 +312,127 @@ fn used_ring_writes_are_logged_at_the_log_address() {
         r.ring.enable_notify(&r.mem, &marks).unwrap();
         assert!(marks.0.borrow().is_empty());
     }
+}
+
+/// A split ring at `base` with `IN_ORDER`, its used ring poisoned so that
+/// the slots the device leaves alone can be told from the ones it wrote.
+fn in_order_rig(num: u32, base: u16, event_idx: bool) -> Rig {
+    let feats = RingFeatures { in_order: true, event_idx, ..f() };
+    let mut r = rig(num, feats);
+    let layout = RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: Some(USED - BASE) };
+    r.ring = Vring::resume(layout, base, base, feats).unwrap();
+    for slot in 0..u64::from(num) {
+        r.mem.put(USED + 4 + 8 * slot, &[0xee; 8]);
+    }
+    r
+}
+
+impl Rig {
+    /// Makes chains available in ring order, one descriptor each, as an
+    /// in-order driver does: `lens[i]` bytes, writable if `write`.
+    fn post_in_order(&self, first: u16, lens: &[u32], write: bool) {
+        for (i, &len) in lens.iter().enumerate() {
+            let slot = first.wrapping_add(i as u16);
+            let head = slot % self.num;
+            self.desc(DESC, head, 0x8000 + 0x1000 * u64::from(head), len, if write { DESC_F_WRITE } else { 0 }, 0);
+            self.avail(slot, head, slot.wrapping_add(1));
+        }
+    }
+    fn used_slot(&self, slot: u16) -> Vec<u8> {
+        self.mem.get(USED + 4 + 8 * u64::from(slot % self.num), 8)
+    }
+}
+
+fn entry(head: u16, len: u32) -> Vec<u8> {
+    let mut e = u32::from(head).to_le_bytes().to_vec();
+    e.extend_from_slice(&len.to_le_bytes());
+    e
+}
+
+#[test]
+fn in_order_tx_batch_is_one_used_element_at_its_first_slot() {
+    // Five TX chains from slot 6 of 8: the batch wraps the used ring.
+    let mut r = in_order_rig(8, 6, false);
+    r.post_in_order(6, &[60; 5], false);
+    let batch: Vec<UsedElem> = (0..5).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect();
+    assert!(batch.iter().all(|e| e.complete), "a TX chain has no writable byte to report");
+    let marks = Marks::default();
+    r.ring.add_used(&r.mem, &marks, &batch).unwrap();
+    // One element, in the batch's first slot, naming its last chain.
+    assert_eq!(r.used_slot(6), entry(2, 0));
+    for slot in [7, 0, 1, 2] {
+        assert_eq!(r.used_slot(slot), [0xee; 8], "slot {slot} was written");
+    }
+    // The index counts every chain; the log covers the element and the index.
+    assert_eq!(r.mem.get_u16(USED + 2), 11);
+    assert_eq!(*marks.0.borrow(), vec![(USED - BASE + 4 + 8 * 6, 8), (USED - BASE + 2, 2)]);
+}
+
+#[test]
+fn in_order_rx_runs_end_at_each_partly_written_buffer() {
+    let mut r = in_order_rig(8, 0, false);
+    r.post_in_order(0, &[1000; 6], true);
+    let chains: Vec<Chain> = (0..6).map(|_| r.pop().unwrap().unwrap()).collect();
+    // Packet 1 fills buffer 0 and part of 1; packet 2 part of 2; packet 3
+    // fills 3 and 4 exactly; packet 4 part of 5, in a later batch.
+    let first = [
+        UsedElem::of(&chains[0], 1000),
+        UsedElem::of(&chains[1], 300),
+        UsedElem::of(&chains[2], 64),
+        UsedElem::of(&chains[3], 1000),
+        UsedElem::of(&chains[4], 1000),
+    ];
+    r.ring.add_used(&r.mem, &NoLog, &first).unwrap();
+    assert_eq!(r.used_slot(0), entry(1, 300));
+    assert_eq!(r.used_slot(1), [0xee; 8]);
+    assert_eq!(r.used_slot(2), entry(2, 64));
+    // A complete chain that ends the batch is still written: nothing
+    // after it in this call can carry it.
+    assert_eq!(r.used_slot(3), entry(4, 1000));
+    assert_eq!(r.used_slot(4), [0xee; 8]);
+    assert_eq!(r.mem.get_u16(USED + 2), 5);
+    r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chains[5], 70)]).unwrap();
+    assert_eq!(r.used_slot(5), entry(5, 70));
+    assert_eq!(r.mem.get_u16(USED + 2), 6);
+}
+
+#[test]
+fn in_order_used_event_inside_a_skipped_run_still_notifies() {
+    let mut r = in_order_rig(16, 0, true);
+    r.post_in_order(0, &[60; 8], false);
+    let take = |r: &mut Rig, n: usize| -> Vec<UsedElem> { (0..n).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect() };
+    let batch = take(&mut r, 4);
+    r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
+    assert!(r.ring.should_notify(&r.mem).unwrap(), "the first check always notifies");
+    // used_event names chain 5, which the next batch (4..8) skips over.
+    r.mem.put_u16(AVAIL + 4 + 2 * 16, 5);
+    let batch = take(&mut r, 4);
+    r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
+    assert_eq!(r.used_slot(4), entry(7, 0));
+    assert_eq!(r.used_slot(5), [0xee; 8]);
+    assert!(r.ring.should_notify(&r.mem).unwrap(), "used_event 5 lies in 4..8");
+    // And one that lies past the batch does not.
+    r.post_in_order(8, &[60; 2], false);
+    r.mem.put_u16(AVAIL + 4 + 2 * 16, 12);
+    let batch = take(&mut r, 2);
+    r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
+    assert!(!r.ring.should_notify(&r.mem).unwrap(), "used_event 12 lies past 8..10");
+}
+
+#[test]
+fn in_order_fault_publishes_nothing() {
+    let mut r = in_order_rig(8, 0, false);
+    r.post_in_order(0, &[60; 2], false);
+    let batch: Vec<UsedElem> = (0..2).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect();
+    // The used ring moved outside guest memory: the element cannot be
+    // written, and the index must not move.
+    r.ring = Vring::resume(
+        RingLayout { num: 8, desc: DESC, avail: AVAIL, used: BASE + MEM as u64 + 0x1000, used_log: None },
+        2,
+        0,
+        RingFeatures { in_order: true, ..f() },
+    )
+    .unwrap();
+    assert!(r.ring.add_used(&r.mem, &NoLog, &batch).is_err());
+    assert_eq!(r.ring.last_used_idx(), 0);
 }
