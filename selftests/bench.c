@@ -4,7 +4,7 @@
  * userspace baseline, driven by the selftest harness. Prints one JSON object
  * per run; scripts/bench runs it for every backend and aggregates.
  *
- *   bench -b rs|c|user -m tx|rx|lat|bidir [-s BYTES] [-t SECS] [-q PAIRS] [-P]
+ *   bench -b rs|c|user -m tx|rx|lat|bidir [-s BYTES] [-t SECS] [-q PAIRS] [-P] [-I]
  *
  * tx     guest TX: frames are posted as fast as the ring takes them; the tap
  *        delivers them to the host stack, which drops them (unknown type).
@@ -36,6 +36,11 @@
  * says both: "packed" is what was asked, the same for every backend, and
  * "ring" what was measured.
  *
+ * -I negotiates VIRTIO_F_IN_ORDER on split rings, on vhost-net-rs and C
+ * (both offer it; the userspace baseline and packed rings run without it):
+ * the devices then return a TX batch as one used element. The JSON's
+ * "in_order" says what was measured.
+ *
  * Worker CPU time per packet comes from /proc/self/task/TID/schedstat of
  * the vhost worker threads (they are threads of this process), or of the
  * device thread for "user".
@@ -54,6 +59,7 @@ static int nq = 1;
 static unsigned int busy_us;	/* -p: busy-loop timeout, µs */
 static bool dirty_log;		/* -l: dirty logging on */
 static bool packed;		/* -P: packed rings where the backend has them */
+static bool in_order;		/* -I: VIRTIO_F_IN_ORDER on split rings of rs and c */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -84,6 +90,13 @@ static const char *dev_node(void)
 static bool packed_rings(void)
 {
 	return packed && !strcmp(backend, "rs");
+}
+
+/* Whether this run negotiates IN_ORDER: asked for, on a kernel backend's
+ * split rings. */
+static bool in_order_rings(void)
+{
+	return in_order && strcmp(backend, "user") && !packed_rings();
 }
 
 /* ---- the userspace baseline: a device thread serving the rings -------- */
@@ -152,7 +165,7 @@ static int setup_pair(struct pair *p)
 {
 	struct h_opts o = { .dev = dev_node(), .num = 256, .event_idx = true, .indirect = true,
 			    .mrg_rxbuf = true, .version_1 = true, .tap_offload = -1,
-			    .packed = packed_rings() };
+			    .packed = packed_rings(), .in_order = in_order_rings() };
 	int r;
 
 	if (gso) {
@@ -454,7 +467,7 @@ int main(int argc, char **argv)
 	uint32_t lost = 0;
 	int c, i;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPh")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPIh")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
@@ -464,12 +477,14 @@ int main(int argc, char **argv)
 		case 'p': busy_us = strtoul(optarg, NULL, 0); break;
 		case 'l': dirty_log = true; break;
 		case 'P': packed = true; break;
+		case 'I': in_order = true; break;
 		default:
 			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
-					"             [-p US] [-l] [-P]\n"
+					"             [-p US] [-l] [-P] [-I]\n"
 					"  -p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues\n"
 					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n"
-					"  -P: packed rings (VIRTIO_F_RING_PACKED) on rs; c and user run split rings\n");
+					"  -P: packed rings (VIRTIO_F_RING_PACKED) on rs; c and user run split rings\n"
+					"  -I: VIRTIO_F_IN_ORDER on rs and c (split rings only; user runs without)\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -542,9 +557,9 @@ int main(int argc, char **argv)
 		by += pairs[i].bytes;
 	}
 	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,"
-	       "\"packed\":%d,\"ring\":\"%s\",\"secs\":%.3f",
+	       "\"packed\":%d,\"ring\":\"%s\",\"in_order\":%d,\"secs\":%.3f",
 	       backend, mode, size, nq, busy_us, dirty_log, packed, packed_rings() ? "packed" : "split",
-	       (t1 - t0) / 1e9);
+	       in_order_rings(), (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 
