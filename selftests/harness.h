@@ -120,12 +120,14 @@ struct h_vq {
 	 * position, which head went there and how many bytes it can take;
 	 * h_take_used() hands out the run one buffer at a time as if each had
 	 * its own element. io_left: buffers of the current run not taken yet,
-	 * io_last its element.
+	 * io_last its element; io_skipped counts the buffers that came back
+	 * without an element of their own.
 	 */
 	uint16_t *io_head;
 	uint32_t *io_len;
 	uint16_t io_left;
 	struct vring_used_elem io_last;
+	uint64_t io_skipped;
 };
 
 struct h_dev {
@@ -1085,9 +1087,10 @@ static inline struct vring_used_elem h_take_in_order(struct h_vq *v)
 		}
 		v->io_left = k + 1;
 	}
-	if (--v->io_left)
+	if (--v->io_left) {
 		e = (struct vring_used_elem){ v->io_head[at], v->io_len[at] };
-	else
+		v->io_skipped++;
+	} else
 		e = v->io_last;
 	v->used_seen++;
 	return e;
