@@ -118,8 +118,12 @@ static void *user_device(void *arg)
 	struct pair *p = arg;
 	struct h_dev *d = &p->d;
 	struct h_vq *rx = &d->vq[0], *tx = &d->vq[1];
-	uint16_t rx_last = rx->avail_idx, rx_used = rx->avail_idx;
-	uint16_t tx_last = tx->avail_idx, tx_used = tx->avail_idx;
+	/* Where the device starts: the used index, which only this thread
+	 * writes. Not the driver's avail_idx, which the main thread may have
+	 * moved already (buffers posted before this thread first ran were
+	 * then never served, and the run measured 0 packets). */
+	uint16_t rx_last = rx->vr.used->idx, rx_used = rx->vr.used->idx;
+	uint16_t tx_last = tx->vr.used->idx, tx_used = tx->vr.used->idx;
 	struct pollfd pf[3] = { { rx->kick, POLLIN, 0 }, { tx->kick, POLLIN, 0 }, { d->tap, POLLIN, 0 } };
 	uint64_t junk;
 
