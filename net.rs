@@ -196,13 +196,15 @@ enum TxStep {
 }
 
 /// Sends the packet of `chain` (whose readable segments are in `iov`) to
-/// `sock`.
+/// `sock`: batched if `batch_headroom` says the tap takes batches
+/// ([`TapSocket::batch_headroom`]).
 fn tx_one(
     sock: &TapSocket,
     scratch: &mut TxScratch,
     iov: &[Iov],
     chain: &Chain,
     hdr: HeaderLens,
+    batch_headroom: Option<usize>,
     tally: &mut TxTally,
 ) -> Result<TxStep, VringError> {
     if chain.inn != 0 {
@@ -214,11 +216,11 @@ fn tx_one(
     }
     let len = (chain.out_len - vhost_hlen) as usize;
     let nuiov = to_user_iov(&iov[..chain.out], vhost_hlen, &mut scratch.uiov);
-    if sock.can_batch() {
-        let mut outcome = scratch.batch.add(sock, &scratch.uiov[..nuiov], len, hdr.sock);
+    if let Some(headroom) = batch_headroom {
+        let mut outcome = scratch.batch.add(&scratch.uiov[..nuiov], len, hdr.sock, headroom);
         if outcome == Batched::Full {
             scratch.send_batch(sock, tally);
-            outcome = scratch.batch.add(sock, &scratch.uiov[..nuiov], len, hdr.sock);
+            outcome = scratch.batch.add(&scratch.uiov[..nuiov], len, hdr.sock, headroom);
         }
         match outcome {
             // Counted as sent when the batch goes.
@@ -257,6 +259,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     let mut weight = Weight::default();
     let mut pending = 0usize;
     let mut tally = TxTally::default();
+    let batch_headroom = active.backend.sock.batch_headroom();
     // This run sends until the tap or the ring is exhausted: no wakeups
     // from either meanwhile (vhost_net_disable_vq, vhost_disable_notify).
     active.backend.space = None;
@@ -283,7 +286,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
             }
             Err(err) => break Err(err),
         };
-        match tx_one(&active.backend.sock, active.scratch, active.iov, &chain, hdr, &mut tally) {
+        match tx_one(&active.backend.sock, active.scratch, active.iov, &chain, hdr, batch_headroom, &mut tally) {
             Ok(TxStep::Consumed { len }) => {
                 active.heads[pending] = UsedElem::of(&chain, 0);
                 pending += 1;

@@ -355,9 +355,7 @@ impl PackedRing {
             if count == room {
                 return Err(VringError::Loop);
             }
-            let mut bytes = [0u8; 16];
-            mem.read(self.desc_addr(at.index), &mut bytes)?;
-            let desc = PackedDesc::parse(&bytes);
+            let desc = PackedDesc::parse(&mem.read_16(self.desc_addr(at.index))?);
             count += 1;
             at = at.advance(1, self.num);
             if desc.flags & DESC_F_INDIRECT != 0 {

@@ -185,17 +185,18 @@ impl TapSocket {
         Ok(ret as usize)
     }
 
-    /// Whether tun takes batches of prebuilt buffers (its default: an
-    /// unlimited send buffer).
-    pub(crate) fn can_batch(&self) -> bool {
+    /// If tun takes batches of prebuilt buffers (its default: an unlimited
+    /// send buffer), the headroom their frames need for the tap's XDP
+    /// program (0 without one). Both can change at any time (TUNSETSNDBUF,
+    /// an XDP attach): a TX run reads them once, and a change applies from
+    /// the next run, where C reads them per packet.
+    pub(crate) fn batch_headroom(&self) -> Option<usize> {
         // SAFETY: `sock` is valid by the type invariant.
-        unsafe { shim::vnr_sock_can_batch(self.sock.as_ptr()) }
-    }
-
-    /// Headroom a TX frame needs for the tap's XDP program, if it has one.
-    fn xdp_headroom(&self) -> usize {
-        // SAFETY: `sock` is valid by the type invariant.
-        unsafe { shim::vnr_sock_xdp_headroom(self.sock.as_ptr()) as usize }
+        if !unsafe { shim::vnr_sock_can_batch(self.sock.as_ptr()) } {
+            return None;
+        }
+        // SAFETY: As above.
+        Some(unsafe { shim::vnr_sock_xdp_headroom(self.sock.as_ptr()) } as usize)
     }
 }
 
@@ -399,6 +400,7 @@ impl TxBatch {
         })
     }
 
+    #[inline]
     fn cache_align(&self, len: usize) -> usize {
         // `cache_line` is a power of two (SMP_CACHE_BYTES).
         (len + self.cache_line - 1) & !(self.cache_line - 1)
@@ -410,8 +412,10 @@ impl TxBatch {
     }
 
     /// Copies one packet of `len` bytes (the tap's vnet header of
-    /// `sock_hlen` bytes first) from the user buffers `iov` into a fragment.
-    pub(crate) fn add(&mut self, sock: &TapSocket, iov: &[UserIov], len: usize, sock_hlen: usize) -> Batched {
+    /// `sock_hlen` bytes first) from the user buffers `iov` into a fragment,
+    /// with `headroom` bytes before it for the tap's XDP program
+    /// ([`TapSocket::batch_headroom`]).
+    pub(crate) fn add(&mut self, iov: &[UserIov], len: usize, sock_hlen: usize, headroom: usize) -> Batched {
         if self.count >= TX_BATCH {
             return Batched::Full;
         }
@@ -420,7 +424,7 @@ impl TxBatch {
         }
         // The frame's data starts at `pad`; the tap's XDP program, if any,
         // may grow it into the headroom (vhost_net_build_xdp).
-        let pad = self.cache_align(self.rx_pad + sock.xdp_headroom() + sock_hlen);
+        let pad = self.cache_align(self.rx_pad + headroom + sock_hlen);
         let data = self.cache_align(len + pad);
         if data + self.shinfo > PAGE_SIZE {
             return Batched::TooBig;

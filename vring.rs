@@ -123,6 +123,13 @@ pub(crate) trait GuestMemory {
     fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError>;
     /// Copies `buf.len()` bytes from `addr`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError>;
+    /// The 16 bytes at `addr` (a descriptor): [`GuestMemory::read`], unless
+    /// the memory has a cheaper way for this one size.
+    fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
+        let mut bytes = [0u8; 16];
+        self.read(addr, &mut bytes)?;
+        Ok(bytes)
+    }
     /// Copies `buf` to `addr`.
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError>;
     /// Full barrier (`smp_mb`).
@@ -428,9 +435,7 @@ impl Vring {
     }
 
     fn read_desc<M: GuestMemory>(&self, mem: &M, addr: u64) -> Result<Desc, VringError> {
-        let mut b = [0u8; 16];
-        mem.read(addr, &mut b)?;
-        Ok(Desc::parse(&b))
+        Ok(Desc::parse(&mem.read_16(addr)?))
     }
 
     /// Walks the chain starting at `head`, following `next` links and at most
