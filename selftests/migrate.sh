@@ -23,8 +23,9 @@
 #     the host sent. The guest's reader is stopped (SIGSTOP) as soon as
 #     the migration starts (when the guest's shell answers in time, which
 #     under TCG it often does not during a migration: a failed attempt is
-#     reported, though the signal may have gone through) and continued on
-#     the destination (retried until the shell answers there), so what
+#     reported, though the signal may have gone through, even late) and
+#     continued on the destination (retried until the shell answers there;
+#     a STOP arriving after that does nothing), so what
 #     arrives meanwhile waits in the guest's socket queue, in the RX
 #     buffers the device wrote, across the switch-over; a page the device
 #     wrote without logging it reaches the destination stale, and since
@@ -132,13 +133,20 @@ net_up() {
 	done
 }
 
-# reader_signal SIG [TRIES]: sends SIG to the guest's stream reader, in up
-# to TRIES attempts (default 1) of 20 s each; says how it went if not at
-# the first attempt.
+# reader_signal STOP|CONT [TRIES]: stops or continues the guest's stream
+# reader, in up to TRIES attempts (default 1) of 20 s each; says how it
+# went if not at the first attempt. A command the host gave up on may
+# still reach the guest's shell later (TCP resends it after the host's nc
+# is gone), so a late STOP must not undo a CONT: the CONT leaves
+# /rx.resumed, and the STOP does nothing once it is there.
 reader_signal() {
-	local out try t0=$SECONDS
+	local out try t0=$SECONDS cmd
+	case $1 in
+	STOP) cmd='[ -e /rx.resumed ] || kill -STOP $(cat /rx.pid)' ;;
+	CONT) cmd='touch /rx.resumed; kill -CONT $(cat /rx.pid)' ;;
+	esac
 	for ((try = 1; try <= ${2:-1}; try++)); do
-		if out=$(G_RUN_TIMEOUT=20 g_run "kill -$1 \$(cat /rx.pid)" 2>&1); then
+		if out=$(G_RUN_TIMEOUT=20 g_run "$cmd" 2>&1); then
 			[ "$try" = 1 ] || vnr_detail "kill -$1 of the guest's reader went through at attempt $try, after $((SECONDS - t0)) s"
 			return 0
 		fi
@@ -197,7 +205,7 @@ migrate_case() {
 
 	# The guest reads what arrives on port 8888 into md5sum; /rx.pid is the
 	# reader (nc), which is stopped across the migration.
-	if ! g_run "rm -f /rx.md5 /rx.done /rx.pid; (sh -c 'echo \$\$ >/rx.pid; exec nc -l -p 8888' | md5sum >/rx.md5; touch /rx.done) </dev/null >/dev/null 2>&1 &" >/dev/null; then
+	if ! g_run "rm -f /rx.md5 /rx.done /rx.pid /rx.resumed; (sh -c 'echo \$\$ >/rx.pid; exec nc -l -p 8888' | md5sum >/rx.md5; touch /rx.done) </dev/null >/dev/null 2>&1 &" >/dev/null; then
 		vnr_fail "${name}_completes" "could not start the guest's receiver"
 		stop_all
 		return
@@ -258,6 +266,15 @@ migrate_case() {
 	touch "$WORK/stop"
 	kill -INT "${BG_PIDS[1]}" 2>/dev/null
 	wait "${BG_PIDS[1]}" 2>/dev/null
+	# The sender ends once the guest has taken what it sent. Should the
+	# reader still be stopped (a STOP overtaking the CONT between its check
+	# and its kill), it is continued again meanwhile; the device's own
+	# stall would still time the sender out.
+	i=$SECONDS
+	while kill -0 "${BG_PIDS[0]}" 2>/dev/null && [ $((SECONDS - i)) -lt 120 ]; do
+		sleep 5
+		G_RUN_TIMEOUT=10 g_run 'kill -CONT $(cat /rx.pid)' >/dev/null 2>&1
+	done
 	wait "${BG_PIDS[0]}" 2>/dev/null
 	BG_PIDS=()
 
