@@ -189,7 +189,8 @@ impl TapSocket {
     /// send buffer), the headroom their frames need for the tap's XDP
     /// program (0 without one). Both can change at any time (TUNSETSNDBUF,
     /// an XDP attach): a TX run reads them once, and a change applies from
-    /// the next run, where C reads them per packet.
+    /// the next run. C reads the send-buffer check once per run too, and
+    /// the XDP headroom per packet.
     pub(crate) fn batch_headroom(&self) -> Option<usize> {
         // SAFETY: `sock` is valid by the type invariant.
         if !unsafe { shim::vnr_sock_can_batch(self.sock.as_ptr()) } {

@@ -39,7 +39,8 @@
  * -I negotiates VIRTIO_F_IN_ORDER on split rings, on vhost-net-rs and C
  * (both offer it; the userspace baseline and packed rings run without it):
  * the devices then return a TX batch as one used element. The JSON's
- * "in_order" says what was measured.
+ * "in_order" says what was asked, as "packed" does, and "in_order_rings"
+ * what was measured.
  *
  * Worker CPU time per packet comes from /proc/self/task/TID/schedstat of
  * the vhost worker threads (they are threads of this process), or of the
@@ -561,9 +562,9 @@ int main(int argc, char **argv)
 		by += pairs[i].bytes;
 	}
 	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,"
-	       "\"packed\":%d,\"ring\":\"%s\",\"in_order\":%d,\"secs\":%.3f",
+	       "\"packed\":%d,\"ring\":\"%s\",\"in_order\":%d,\"in_order_rings\":%d,\"secs\":%.3f",
 	       backend, mode, size, nq, busy_us, dirty_log, packed, packed_rings() ? "packed" : "split",
-	       in_order_rings(), (t1 - t0) / 1e9);
+	       in_order, in_order_rings(), (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 

@@ -454,6 +454,13 @@ static inline void h_vq_layout(struct h_dev *d, int q, unsigned int num, uint16_
 	v->io_head = (uint16_t *)(d->mem + H_RING_OFF(q) + H_IO_HEAD);
 	v->io_len = (uint32_t *)(d->mem + H_RING_OFF(q) + H_IO_LEN);
 	v->io_left = 0;
+	if (d->in_order) {
+		unsigned int i;
+
+		/* No stale element may pass for one the device wrote. */
+		for (i = 0; i < num; i++)
+			v->vr.used->ring[i] = (struct vring_used_elem){ 0xffff, 0xffffffffu };
+	}
 	if (d->packed) {
 		uint8_t *r = d->mem + H_RING_OFF(q);
 
@@ -1073,6 +1080,10 @@ static inline struct vring_used_elem h_take_in_order(struct h_vq *v)
 	uint16_t at = v->used_seen % v->num, k;
 	struct vring_used_elem e;
 
+	if (!pending) {
+		H_LOG("in-order: no used element pending at index %u", v->used_seen);
+		return (struct vring_used_elem){ 0xffff, 0 };
+	}
 	if (!v->io_left) {
 		v->io_last = v->vr.used->ring[at];
 		v->vr.used->ring[at] = (struct vring_used_elem){ 0xffff, 0xffffffffu };

@@ -24,8 +24,8 @@
 #     the migration starts (when the guest's shell answers in time, which
 #     under TCG it often does not during a migration: a failed attempt is
 #     reported, though the signal may have gone through, even late) and
-#     continued on the destination (retried until the shell answers there;
-#     a STOP arriving after that does nothing), so what
+#     continued on the destination (up to 5 attempts, and again while the
+#     sender finishes; a STOP arriving after a CONT does nothing), so what
 #     arrives meanwhile waits in the guest's socket queue, in the RX
 #     buffers the device wrote, across the switch-over; a page the device
 #     wrote without logging it reaches the destination stale, and since
@@ -273,7 +273,7 @@ migrate_case() {
 	i=$SECONDS
 	while kill -0 "${BG_PIDS[0]}" 2>/dev/null && [ $((SECONDS - i)) -lt 120 ]; do
 		sleep 5
-		G_RUN_TIMEOUT=10 g_run 'kill -CONT $(cat /rx.pid)' >/dev/null 2>&1
+		G_RUN_TIMEOUT=10 g_run 'touch /rx.resumed; kill -CONT $(cat /rx.pid)' >/dev/null 2>&1
 	done
 	wait "${BG_PIDS[0]}" 2>/dev/null
 	BG_PIDS=()
