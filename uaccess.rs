@@ -91,8 +91,9 @@ impl GuestMemory for OwnerMem {
     fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
         let p = uptr(addr)?;
         let mut bytes = [0u8; 16];
-        // SAFETY: The shim checks the address itself (`user_access_begin`)
-        // and handles faults; `bytes` is a valid local of 16 bytes.
+        // SAFETY: The shim checks (masks) the address itself, in a scoped
+        // user read access, and handles faults; `bytes` is a valid local of
+        // 16 bytes.
         let ret = unsafe { shim::vnr_read_user_16(p.as_const_ptr().cast(), bytes.as_mut_ptr()) };
         if ret != 0 {
             return Err(VringError::Fault);

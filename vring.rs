@@ -185,6 +185,15 @@ impl UsedElem {
     pub(crate) fn of(chain: &Chain, len: u32) -> Self {
         UsedElem { head: chain.head, len, positions: chain.positions, complete: u64::from(len) == chain.in_len }
     }
+
+    /// `struct vring_used_elem` in a split ring: the head as a 32-bit id,
+    /// then the length, both little-endian.
+    fn split_bytes(&self) -> [u8; USED_ELEM_SIZE as usize] {
+        let mut bytes = [0u8; USED_ELEM_SIZE as usize];
+        bytes[..4].copy_from_slice(&u32::from(self.head).to_le_bytes());
+        bytes[4..].copy_from_slice(&self.len.to_le_bytes());
+        bytes
+    }
 }
 
 /// The ring positions `elems` took: what [`Vring::unpop`] (or the packed
@@ -537,8 +546,7 @@ impl Vring {
             let mut b = [0u8; USED_CHUNK * USED_ELEM_SIZE as usize];
             let mut at = 0usize;
             for elem in rest.iter().take(n) {
-                b[at..at + 4].copy_from_slice(&u32::from(elem.head).to_le_bytes());
-                b[at + 4..at + 8].copy_from_slice(&elem.len.to_le_bytes());
+                b[at..at + USED_ELEM_SIZE as usize].copy_from_slice(&elem.split_bytes());
                 at += USED_ELEM_SIZE as usize;
             }
             mem.write(self.used_elem_addr(idx), &b[..n * USED_ELEM_SIZE as usize])?;
@@ -555,8 +563,9 @@ impl Vring {
     /// index still counts every chain. A run ends at a chain that is not
     /// complete, since the driver must learn its length, and at the end of
     /// `heads`; the driver takes the chains skipped over as used completely.
-    /// A TX batch is then one element, an RX packet one per packet. Returns
-    /// the used index that publishes them.
+    /// A TX batch is then one element and RX packets one each (a packet
+    /// that fills its last buffer exactly runs on into the next one's
+    /// element). Returns the used index that publishes them.
     fn write_used_in_order<M: GuestMemory, L: WriteLog>(
         &self,
         mem: &M,
@@ -570,11 +579,8 @@ impl Vring {
             if elem.complete && at + 1 < heads.len() {
                 continue;
             }
-            let mut entry = [0u8; USED_ELEM_SIZE as usize];
-            entry[..4].copy_from_slice(&u32::from(elem.head).to_le_bytes());
-            entry[4..].copy_from_slice(&elem.len.to_le_bytes());
             let addr = self.used_elem_addr(run_start);
-            mem.write(addr, &entry)?;
+            mem.write(addr, &elem.split_bytes())?;
             self.log_used(mem, log, addr - self.used, USED_ELEM_SIZE)?;
             run_start = idx;
         }

@@ -144,7 +144,7 @@ pub fn one_state(seed: u64) -> usize {
                 check_chain(&c, num, &iov, &regions);
                 popped += 1;
                 assert!(popped <= num as usize, "popped more than the ring holds");
-                let _ = ring.add_used(&mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1, complete: true }]);
+                let _ = ring.add_used(&mem, &NoLog, &[UsedElem::of(&c, 0)]);
                 let _ = ring.should_notify(&mem);
             }
         }

@@ -45,6 +45,9 @@ impl Rig {
     }
 }
 
+/// Head 0 returned with nothing written.
+const RETURNED: UsedElem = UsedElem { head: 0, len: 0, positions: 1, complete: true };
+
 fn f() -> RingFeatures {
     RingFeatures { event_idx: false, indirect: true, notify_on_empty: false, in_order: false }
 }
@@ -210,7 +213,7 @@ fn indices_wrap_past_65535() {
         r.avail(idx.wrapping_sub(1), 0, idx);
         let c = r.pop().unwrap().unwrap();
         assert_eq!(c.head, 0);
-        r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: c.head, len: 0, positions: 1, complete: true }]).unwrap();
+        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&c, 0)]).unwrap();
         assert_eq!(r.mem.get_u16(USED + 2), idx);
     }
     assert_eq!(r.ring.last_avail_idx(), 65533u16.wrapping_add(10));
@@ -240,19 +243,19 @@ fn notification_suppression() {
     // Without event-idx: NO_INTERRUPT in avail->flags suppresses.
     let mut r = rig(8, f());
     r.mem.put_u16(AVAIL, AVAIL_F_NO_INTERRUPT);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[RETURNED]).unwrap();
     assert!(!r.ring.should_notify(&r.mem).unwrap());
     r.mem.put_u16(AVAIL, 0);
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // With event-idx: only when used_event is crossed.
     let ev = RingFeatures { event_idx: true, ..f() };
     let mut r = rig(8, ev);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap();
+    r.ring.add_used(&r.mem, &NoLog, &[RETURNED]).unwrap();
     assert!(r.ring.should_notify(&r.mem).unwrap()); // first one always
     r.mem.put_u16(AVAIL + 4 + 2 * 8, 5); // used_event = 5
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap(); // used 2
+    r.ring.add_used(&r.mem, &NoLog, &[RETURNED]).unwrap(); // used 2
     assert!(!r.ring.should_notify(&r.mem).unwrap());
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem { head: 0, len: 0, positions: 1, complete: true }, UsedElem { head: 0, len: 0, positions: 1, complete: true }, UsedElem { head: 0, len: 0, positions: 1, complete: true }, UsedElem { head: 0, len: 0, positions: 1, complete: true }]).unwrap(); // used 6
+    r.ring.add_used(&r.mem, &NoLog, &[RETURNED; 4]).unwrap(); // used 6
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // enable_notify publishes avail_event, and reports only entries that
     // arrived since avail->idx was last read.
