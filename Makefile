@@ -17,7 +17,8 @@
 #   make demo            build, boot the VM, load the module, show the device
 #   make shell           interactive shell in the test VM
 #   make host-test       cargo unit tests of the ring/memory code on the host
-#   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer)
+#   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer;
+#                        FUZZ_TARGET=iotlb for the device IOTLB)
 #   make soak MINUTES=N  bidirectional flood with every payload checked
 #   make check-e2e       make check with the whole end-to-end set (12 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
@@ -138,8 +139,10 @@ host-test:
 	cd $(ROOT)/tests/host && cargo test --release --quiet
 
 FUZZ_SECS ?= 60
+FUZZ_TARGET ?= vring
 fuzz:
-	cd $(ROOT)/tests/host/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run vring corpus/vring -- \
+	mkdir -p $(ROOT)/tests/host/fuzz/corpus/$(FUZZ_TARGET)
+	cd $(ROOT)/tests/host/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run $(FUZZ_TARGET) corpus/$(FUZZ_TARGET) -- \
 		-max_total_time=$(FUZZ_SECS)
 
 MINUTES ?= 10

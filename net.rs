@@ -268,7 +268,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
         if weight.exceeded() {
             break Ok(true);
         }
-        let chain = match active.ring.pop(&mem, active.mem, active.iov) {
+        let chain = match active.ring.pop(&mem, &active.mem[..], active.iov) {
             Ok(Some(chain)) => chain,
             Ok(None) => {
                 // With a busy-loop timeout, watch the ring a while before
@@ -404,7 +404,7 @@ fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, merg
         if heads == MAX_RX_HEADS || segs == active.iov.len() || (!mergeable && heads == 1) {
             return Ok(Gather::TooSmall { heads });
         }
-        let chain = match active.ring.pop(&mem, active.mem, &mut active.iov[segs..]) {
+        let chain = match active.ring.pop(&mem, &active.mem[..], &mut active.iov[segs..]) {
             Ok(Some(chain)) => chain,
             Ok(None) => {
                 active.ring.unpop(positions(&active.heads[first..first + heads]));

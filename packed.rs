@@ -25,7 +25,7 @@
 //! (section 2.8.21), and its event flags with 16-bit stores.
 
 use crate::dirtylog::{LogError, WriteLog};
-use crate::memory::Region;
+use crate::memory::Translate;
 use crate::vring::{
     indirect_count, positions, read_indirect_bytes, Chain, ChainBuilder, GuestMemory, Iov, RingFeatures, RingLayout,
     UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
@@ -325,16 +325,17 @@ impl PackedRing {
     }
 
     /// Takes the next available chain, translating its buffers through
-    /// `regions` into `iov`. Returns `Ok(None)` when none is available.
+    /// `space` (the memory table or the device IOTLB) into `iov`. Returns
+    /// `Ok(None)` when none is available.
     ///
     /// A chain is its descriptors up to the first without `NEXT`, or one
     /// descriptor with `INDIRECT` (and without `NEXT`) whose table's
     /// `len / 16` descriptors are all its buffers; its buffer id is the last
     /// descriptor's. On error nothing is consumed.
-    pub(crate) fn pop<M: GuestMemory>(
+    pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,
-        regions: &[Region],
+        space: &T,
         iov: &mut [Iov],
     ) -> Result<Option<Chain>, VringError> {
         let first = self.next_avail;
@@ -345,7 +346,7 @@ impl PackedRing {
         // available, and the rest of the chain, which the driver wrote
         // before them.
         mem.rmb();
-        let mut builder = ChainBuilder::new(regions, iov);
+        let mut builder = ChainBuilder::new(space, iov);
         // A chain cannot hold more positions than the ring has free: a
         // longer one never ends (NEXT all round the ring).
         let room = self.num - self.in_flight;
@@ -365,7 +366,7 @@ impl PackedRing {
                 // Inside the table only WRITE counts; NEXT, INDIRECT and
                 // the ids are reserved and ignored (section 2.8.19).
                 for i in 0..indirect_count(desc.len)? {
-                    let entry = PackedDesc::parse(&read_indirect_bytes(mem, regions, desc.addr, i)?);
+                    let entry = PackedDesc::parse(&read_indirect_bytes(mem, space, desc.addr, i)?);
                     builder.push(entry.addr, entry.len, entry.writable())?;
                 }
                 break desc.id;

@@ -9,7 +9,7 @@
 //! into the host tests.
 
 use crate::dirtylog::WriteLog;
-use crate::memory::Region;
+use crate::memory::Translate;
 use crate::packed::PackedRing;
 use crate::vring::{Chain, GuestMemory, Iov, RingFeatures, UsedElem, Vring, VringError};
 
@@ -60,15 +60,15 @@ impl Ring {
     }
 
     /// Takes the next available chain; see [`Vring::pop`].
-    pub(crate) fn pop<M: GuestMemory>(
+    pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,
-        regions: &[Region],
+        space: &T,
         iov: &mut [Iov],
     ) -> Result<Option<Chain>, VringError> {
         match self {
-            Ring::Split(ring) => ring.pop(mem, regions, iov),
-            Ring::Packed(ring) => ring.pop(mem, regions, iov),
+            Ring::Split(ring) => ring.pop(mem, space, iov),
+            Ring::Packed(ring) => ring.pop(mem, space, iov),
         }
     }
 

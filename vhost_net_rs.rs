@@ -291,6 +291,8 @@ fn mem_errno(err: MemError) -> Error {
     match err {
         MemError::TooMany => E2BIG,
         MemError::BadSize | MemError::BadUserAddr | MemError::NotMapped => EFAULT,
+        // Only the device IOTLB reports these, never a table.
+        MemError::Miss { .. } | MemError::Denied { .. } => EFAULT,
     }
 }
 

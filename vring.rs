@@ -18,7 +18,7 @@
 //! ordered by the barriers the virtio spec requires.
 
 use crate::dirtylog::{LogError, WriteLog};
-use crate::memory::{self, MemError, Region};
+use crate::memory::{Access, MemError, Translate};
 
 /// `VRING_DESC_F_NEXT`.
 pub(crate) const DESC_F_NEXT: u16 = 1;
@@ -76,8 +76,16 @@ pub(crate) enum VringError {
     OutAfterIn,
     /// The total length of a chain overflows.
     LenOverflow,
-    /// A buffer address not covered by the memory table.
+    /// A buffer address not covered by the memory table (or the IOTLB's
+    /// range check).
     NotMapped,
+    /// The device IOTLB has no mapping for `iova` yet: not the guest's
+    /// error. The queue stops without consuming anything, the miss goes to
+    /// userspace, and the queue resumes when it is mapped.
+    IotlbMiss { iova: u64, access: Access },
+    /// The device IOTLB maps a buffer without the access the device needs
+    /// (a writable buffer in a read-only mapping).
+    AccessDenied,
     /// A chain that translates into more than [`MAX_SEGMENTS`] pieces.
     TooManySegments,
     /// A chain with the wrong kind of buffers for this queue (a TX chain
@@ -103,8 +111,12 @@ pub(crate) enum VringError {
 }
 
 impl From<MemError> for VringError {
-    fn from(_: MemError) -> Self {
-        VringError::NotMapped
+    fn from(err: MemError) -> Self {
+        match err {
+            MemError::Miss { iova, access } => VringError::IotlbMiss { iova, access },
+            MemError::Denied { .. } => VringError::AccessDenied,
+            _ => VringError::NotMapped,
+        }
     }
 }
 
@@ -410,13 +422,13 @@ impl Vring {
     }
 
     /// Takes the next available chain, translating its buffers through
-    /// `regions` into `iov`. Returns `Ok(None)` when the ring is empty.
+    /// `space` (the memory table or the device IOTLB) into `iov`. Returns `Ok(None)` when the ring is empty.
     ///
     /// On error nothing is consumed: `last_avail_idx` is unchanged.
-    pub(crate) fn pop<M: GuestMemory>(
+    pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,
-        regions: &[Region],
+        space: &T,
         iov: &mut [Iov],
     ) -> Result<Option<Chain>, VringError> {
         if self.avail_idx == self.last_avail_idx {
@@ -430,7 +442,7 @@ impl Vring {
         if head > self.mask {
             return Err(VringError::BadHead);
         }
-        let chain = self.walk(mem, regions, head, iov)?;
+        let chain = self.walk(mem, space, head, iov)?;
         self.last_avail_idx = self.last_avail_idx.wrapping_add(1);
         Ok(Some(chain))
     }
@@ -449,14 +461,14 @@ impl Vring {
 
     /// Walks the chain starting at `head`, following `next` links and at most
     /// one level of indirection.
-    fn walk<M: GuestMemory>(
+    fn walk<M: GuestMemory, T: Translate + ?Sized>(
         &self,
         mem: &M,
-        regions: &[Region],
+        space: &T,
         head: u16,
         iov: &mut [Iov],
     ) -> Result<Chain, VringError> {
-        let mut builder = ChainBuilder::new(regions, iov);
+        let mut builder = ChainBuilder::new(space, iov);
         let mut i = head;
         // A chain can visit each descriptor of the table at most once.
         let mut budget = self.num64();
@@ -478,7 +490,7 @@ impl Vring {
                         return Err(VringError::Loop);
                     }
                     ibudget -= 1;
-                    let id = Desc::parse(&read_indirect_bytes(mem, regions, d.addr, j)?);
+                    let id = Desc::parse(&read_indirect_bytes(mem, space, d.addr, j)?);
                     if id.flags & DESC_F_INDIRECT != 0 {
                         return Err(VringError::NestedIndirect);
                     }
@@ -657,20 +669,23 @@ pub(crate) fn indirect_count(len: u32) -> Result<u64, VringError> {
     Ok(len / DESC_SIZE)
 }
 
-/// Reads the 16 bytes of descriptor `i` of an indirect table at
-/// guest-physical `gpa`; the table may cross memory regions. Both ring
-/// formats use 16-byte descriptors, laid out differently.
-pub(crate) fn read_indirect_bytes<M: GuestMemory>(
+/// Reads the 16 bytes of descriptor `i` of an indirect table at guest
+/// address `table` (through `space`); the table may cross memory regions or
+/// IOTLB mappings. Both ring formats use 16-byte descriptors, laid out
+/// differently.
+pub(crate) fn read_indirect_bytes<M: GuestMemory, T: Translate + ?Sized>(
     mem: &M,
-    regions: &[Region],
-    gpa: u64,
+    space: &T,
+    table: u64,
     i: u64,
 ) -> Result<[u8; 16], VringError> {
-    let at = i.checked_mul(DESC_SIZE).and_then(|off| gpa.checked_add(off)).ok_or(VringError::NotMapped)?;
+    let at = i.checked_mul(DESC_SIZE).and_then(|off| table.checked_add(off)).ok_or(VringError::NotMapped)?;
     let mut bytes = [0u8; 16];
     let mut off = 0usize;
-    memory::translate(regions, at, DESC_SIZE, |seg| {
-        // seg.len <= 16 - off by construction of translate.
+    // Into a local buffer: a translation that fails midway leaves nothing
+    // behind that anyone reads.
+    space.for_each_piece(at, DESC_SIZE, Access::Read, |seg| {
+        // The pieces add up to the 16 bytes asked for.
         let n = seg.len as usize;
         mem.read(seg.uaddr, &mut bytes[off..off + n]).map_err(|_| MemError::NotMapped)?;
         off += n;
@@ -687,8 +702,8 @@ pub(crate) fn read_indirect_bytes<M: GuestMemory>(
 /// `iov[..nseg]` holds the translated segments pushed so far, readable ones
 /// before writable ones (none readable once `seen_in`). Until a push fails,
 /// `total` is the sum of their lengths and at most [`MAX_CHAIN_LEN`].
-pub(crate) struct ChainBuilder<'a> {
-    regions: &'a [Region],
+pub(crate) struct ChainBuilder<'a, T: Translate + ?Sized> {
+    space: &'a T,
     iov: &'a mut [Iov],
     chain: Chain,
     nseg: usize,
@@ -697,16 +712,18 @@ pub(crate) struct ChainBuilder<'a> {
     seen_in: bool,
 }
 
-impl<'a> ChainBuilder<'a> {
-    /// An empty chain whose segments go to `iov`.
-    pub(crate) fn new(regions: &'a [Region], iov: &'a mut [Iov]) -> Self {
-        ChainBuilder { regions, iov, chain: Chain::default(), nseg: 0, total: 0, seen_in: false }
+impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
+    /// An empty chain whose segments go to `iov`, its buffers translated
+    /// through `space`.
+    pub(crate) fn new(space: &'a T, iov: &'a mut [Iov]) -> Self {
+        ChainBuilder { space, iov, chain: Chain::default(), nseg: 0, total: 0, seen_in: false }
     }
 
-    /// Adds the buffer of one descriptor: translated through the memory
-    /// table, its length counted, and refused if it is readable after a
-    /// writable one, overflows the chain's length, is not in guest memory,
-    /// or does not fit the iov array. On error the chain is to be dropped.
+    /// Adds the buffer of one descriptor: translated (for writing if it is
+    /// writable), its length counted, and refused if it is readable after a
+    /// writable one, overflows the chain's length, is not in guest memory
+    /// (or not yet in the IOTLB, or not with that access), or does not fit
+    /// the iov array. On error the chain is to be dropped.
     pub(crate) fn push(&mut self, addr: u64, len: u32, writable: bool) -> Result<(), VringError> {
         if writable {
             self.seen_in = true;
@@ -721,7 +738,8 @@ impl<'a> ChainBuilder<'a> {
         addr.checked_add(len).ok_or(VringError::NotMapped)?;
         let before = self.nseg;
         let (iov, nseg) = (&mut *self.iov, &mut self.nseg);
-        memory::for_each_piece(self.regions, addr, len, |seg| {
+        let access = if writable { Access::Write } else { Access::Read };
+        self.space.for_each_piece(addr, len, access, |seg| {
             // A full iov array is reported as TooMany and mapped below.
             let slot = iov.get_mut(*nseg).ok_or(MemError::TooMany)?;
             *slot = Iov { gpa: seg.gpa, addr: seg.uaddr, len: seg.len };
@@ -730,7 +748,7 @@ impl<'a> ChainBuilder<'a> {
         })
         .map_err(|err| match err {
             MemError::TooMany => VringError::TooManySegments,
-            _ => VringError::NotMapped,
+            err => VringError::from(err),
         })?;
         let added = self.nseg - before;
         if writable {

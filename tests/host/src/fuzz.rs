@@ -1,12 +1,17 @@
 //! Structure-aware fuzzing of the ring parsers: the input is a ring (size,
 //! features, format, descriptor table, avail ring, indices) plus a sequence
 //! of device operations, with the guest allowed to scribble between them.
+//! Bit 5 of `feats` translates through the device IOTLB instead of the
+//! memory table: the same guest memory mapped page by page, some pages
+//! missing and some read-only, so that misses and refused writes happen
+//! mid-chain.
 //! Bit 4 of `feats` negotiates `IN_ORDER`; bit 3 makes it a packed ring (the descriptors in packed
 //! layout, bits 3 and 4 of their flags byte AVAIL and USED, `next` their
 //! id, `base` both positions).
 //! Every accepted chain must stay inside guest memory and the iov array.
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
 use arbitrary::Arbitrary;
+use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
 use crate::memory::{validate, Region};
 
 use crate::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED};
@@ -83,6 +88,18 @@ pub fn run(inp: Input) {
     ];
     validate(&mut regions, 64).unwrap();
     let packed = inp.feats & 8 != 0;
+    // The IOTLB of bit 5: each 4 KiB page of both regions at its
+    // guest-physical address, except every 13th; every 5th read-only.
+    let through_iotlb = inp.feats & 32 != 0;
+    let mut tlb = Iotlb::new(vec![Mapping::default(); 256]);
+    if through_iotlb {
+        for (page, gpa) in (0..0x40000u64).chain(0x80000..0xc0000).step_by(0x1000).enumerate() {
+            let perm = if page % 5 == 0 { ACCESS_RO } else { ACCESS_RO | ACCESS_WO };
+            if page % 13 != 7 {
+                tlb.update(gpa, 0x1000, BASE + gpa, perm, 1 << 47).unwrap();
+            }
+        }
+    }
     // A packed ring may have any size: the top bit of num_shift picks one
     // that is not a power of two.
     let num = if packed && inp.num_shift >= 128 { 1 + u32::from(inp.num_shift) % 100 } else { 1u32 << (inp.num_shift % 8) };
@@ -123,7 +140,12 @@ pub fn run(inp: Input) {
         match *op {
             Op::Pop => {
                 let before = ring.base();
-                match ring.pop(&mem, &regions, &mut iov) {
+                let popped = if through_iotlb {
+                    ring.pop(&mem, &tlb, &mut iov)
+                } else {
+                    ring.pop(&mem, &regions[..], &mut iov)
+                };
+                match popped {
                     Ok(None) => {}
                     Err(_) => assert_eq!(ring.base(), before),
                     Ok(Some(c)) => {
@@ -133,6 +155,14 @@ pub fn run(inp: Input) {
                         assert_eq!(total, c.out_len + c.in_len);
                         for s in &iov[..c.out + c.inn] {
                             assert!(regions.iter().any(|g| s.addr >= g.uaddr() && s.addr + s.len <= g.uaddr() + g.size()));
+                        }
+                        // Through the IOTLB, each segment lies in one
+                        // mapping that allows its access.
+                        for (i, s) in iov[..c.out + c.inn].iter().enumerate().filter(|_| through_iotlb) {
+                            let m = tlb.find(s.gpa).expect("a segment outside the IOTLB");
+                            assert!(s.gpa + s.len - 1 <= m.last() && s.addr == m.uaddr() + (s.gpa - m.start()));
+                            let want = if i < c.out { ACCESS_RO } else { ACCESS_WO };
+                            assert!(m.perm() & want != 0, "segment {i} in a mapping without its access");
                         }
                         outstanding.push(UsedElem::of(&c, 0));
                         if packed {

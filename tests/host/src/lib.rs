@@ -1,5 +1,5 @@
 //! Compiles the module's `core`-only guest-input parsers (memory table,
-//! split and packed rings) for the host, so that `cargo test` and cargo-fuzz can
+//! split and packed rings, device IOTLB) for the host, so that `cargo test` and cargo-fuzz can
 //! exercise them without a kernel.
 #![allow(dead_code)]
 
@@ -13,6 +13,9 @@ pub mod dirtylog;
 pub mod packed;
 #[path = "../../../ring.rs"]
 pub mod ring;
+#[path = "../../../iotlb.rs"]
+pub mod iotlb;
+pub mod iotlb_model;
 
 pub mod testmem;
 
@@ -26,6 +29,10 @@ mod dirtylog_tests;
 mod random_tests;
 #[cfg(test)]
 mod packed_tests;
+#[cfg(test)]
+mod iotlb_tests;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
+#[cfg(feature = "fuzz")]
+pub mod fuzz_iotlb;
 

@@ -1,6 +1,7 @@
 //! Randomized ring states against the parser: whatever the guest writes,
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
+use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
 use crate::memory::{validate, Region};
 
 use crate::testmem::{NoLog, TestMem};
@@ -91,6 +92,70 @@ fn check_chain(c: &Chain, num: u32, iov: &[Iov], regions: &[Region]) {
     }
 }
 
+/// The guest memory of `regions` in a device IOTLB, page by page at the
+/// same addresses: every 13th page missing, every 5th read-only.
+fn page_iotlb(regions: &[Region]) -> Iotlb<Vec<Mapping>> {
+    let mut tlb = Iotlb::new(vec![Mapping::default(); 256]);
+    let pages = regions.iter().flat_map(|g| (g.gpa()..g.gpa() + g.size()).step_by(0x1000).map(move |gpa| (gpa, g.uaddr() + (gpa - g.gpa()))));
+    for (page, (gpa, uaddr)) in pages.enumerate() {
+        let perm = if page % 5 == 0 { ACCESS_RO } else { ACCESS_RO | ACCESS_WO };
+        if page % 13 != 7 {
+            tlb.update(gpa, 0x1000, uaddr, perm, 1 << 47).unwrap();
+        }
+    }
+    tlb
+}
+
+/// The owner byte ranges of `segments`, adjacent ones merged.
+fn spans(segments: &[Iov]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for s in segments.iter().filter(|s| s.len > 0) {
+        match out.last_mut() {
+            Some(last) if last.0 + last.1 == s.addr => last.1 += s.len,
+            _ => out.push((s.addr, s.len)),
+        }
+    }
+    out
+}
+
+/// A pop through the page IOTLB against the same pop through the memory
+/// table: a chain it accepts is the table's chain, its segments each in
+/// one mapping that allows their access; a miss names an unmapped
+/// address; other refusals are the table's, or come from the finer split.
+fn compare_with_iotlb(
+    tlb: &Iotlb<Vec<Mapping>>,
+    via_table: &Result<Option<Chain>, VringError>,
+    table_iov: &[Iov],
+    via_tlb: &Result<Option<Chain>, VringError>,
+    tlb_iov: &[Iov],
+) {
+    match via_tlb {
+        Ok(Some(c)) => {
+            let Ok(Some(t)) = via_table else { panic!("the IOTLB accepted {c:?}, the table gave {via_table:?}") };
+            assert_eq!((c.head, c.out_len, c.in_len, c.positions), (t.head, t.out_len, t.in_len, t.positions));
+            let (outs, ins) = tlb_iov[..c.out + c.inn].split_at(c.out);
+            assert_eq!(spans(outs), spans(&table_iov[..t.out]));
+            assert_eq!(spans(ins), spans(&table_iov[t.out..t.out + t.inn]));
+            for (segments, want) in [(outs, ACCESS_RO), (ins, ACCESS_WO)] {
+                for s in segments.iter().filter(|s| s.len > 0) {
+                    let m = tlb.find(s.gpa).expect("a segment outside the IOTLB");
+                    assert!(s.gpa + (s.len - 1) <= m.last() && m.perm() & want != 0, "{s:?} in {m:?}");
+                }
+            }
+        }
+        Ok(None) => assert!(matches!(via_table, Ok(None))),
+        Err(VringError::IotlbMiss { iova, .. }) => assert!(tlb.find(*iova).is_none(), "a miss at mapped {iova:#x}"),
+        Err(VringError::AccessDenied) => assert!(matches!(via_table, Ok(Some(_)) | Err(_))),
+        Err(VringError::TooManySegments) => {}
+        // The IOTLB splits at every page, so it runs out of segments no
+        // later than the table; past that point the two walks differ.
+        Err(e) => assert!(
+            matches!(via_table, Err(t) if t == e || *t == VringError::TooManySegments),
+            "the IOTLB refused with {e:?}, the table gave {via_table:?}"
+        ),
+    }
+}
+
 /// Builds a random ring in fresh memory and pops until it is empty or
 /// refused, checking every invariant. Returns the number of chains popped.
 pub fn one_state(seed: u64) -> usize {
@@ -130,10 +195,19 @@ pub fn one_state(seed: u64) -> usize {
     }
     mem.put_u16(avail + 2, base.wrapping_add(r.below(u64::from(num) + 3) as u16));
     let mut iov = vec![Iov::default(); 1 + r.below(MAX_SEGMENTS as u64) as usize];
+    let mut tlb_iov = iov.clone();
+    // Built once: every state has the same regions.
+    static TLB: std::sync::OnceLock<Iotlb<Vec<Mapping>>> = std::sync::OnceLock::new();
+    let tlb = TLB.get_or_init(|| page_iotlb(&regions));
     let mut popped = 0;
     loop {
         let before = ring.last_avail_idx();
-        match ring.pop(&mem, &regions, &mut iov) {
+        // The same pop through the device IOTLB, on a copy of the ring.
+        let mut through_tlb = ring;
+        let via_tlb = through_tlb.pop(&mem, tlb, &mut tlb_iov);
+        let via_table = ring.pop(&mem, &regions[..], &mut iov);
+        compare_with_iotlb(tlb, &via_table, &iov, &via_tlb, &tlb_iov);
+        match via_table {
             Ok(None) => break,
             Err(_) => {
                 assert_eq!(ring.last_avail_idx(), before, "an error must consume nothing");
@@ -212,7 +286,7 @@ pub fn one_packed_state(seed: u64) -> usize {
     let mut in_flight: Vec<UsedElem> = Vec::new();
     loop {
         let before = ring.base();
-        match ring.pop(&mem, &regions, &mut iov) {
+        match ring.pop(&mem, &regions[..], &mut iov) {
             Ok(None) => break,
             Err(_) => {
                 assert_eq!(ring.base(), before, "an error must consume nothing");

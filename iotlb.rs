@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device IOTLB: I/O virtual to owner-virtual translation for guests
+//! with a virtual IOMMU (`VIRTIO_F_ACCESS_PLATFORM`).
+//!
+//! With that feature acked, every address the guest gives (descriptors,
+//! ring parts, buffers) is an I/O virtual address (IOVA). QEMU, which runs
+//! the guest's IOMMU, sends the translations on demand: the device reports
+//! a miss, QEMU answers with an update; it withdraws them with
+//! invalidations. They travel as `struct vhost_msg`/`vhost_msg_v2` through
+//! `read()` and `write()` on the vhost fd. This file holds the three parts
+//! that are pure data, with the C driver's (`drivers/vhost/iotlb.c`,
+//! `vhost.c`) semantics:
+//!
+//! - [`Iotlb`]: the table of mappings, each with its permissions, bounded:
+//!   when full, an update retires the oldest mapping, as the C driver's
+//!   `VHOST_IOTLB_FLAG_RETIRE` does, so userspace cannot grow it;
+//! - [`parse_write`]/[`encode_miss`]: the message formats;
+//! - [`Misses`]: the outstanding misses, one per queue at most, from the
+//!   moment a worker posts one to the update that answers it.
+//!
+//! Like `memory.rs`, this file uses only `core`: the host test crate
+//! (`tests/host`) compiles it for `cargo test` and cargo-fuzz. The storage
+//! of the table is the caller's (a `KVec` in the module, a `Vec` on the
+//! host), allocated once at its full size.
+
+use crate::memory::{Access, MemError, Segment, Translate};
+use core::ops::DerefMut;
+
+/// `VHOST_ACCESS_RO`: the device may read through the mapping.
+pub(crate) const ACCESS_RO: u8 = 0x1;
+/// `VHOST_ACCESS_WO`: the device may write through the mapping.
+pub(crate) const ACCESS_WO: u8 = 0x2;
+
+/// `VHOST_IOTLB_MISS`: the device asks for a translation.
+pub(crate) const MSG_MISS: u8 = 1;
+/// `VHOST_IOTLB_UPDATE`: userspace adds a mapping.
+pub(crate) const MSG_UPDATE: u8 = 2;
+/// `VHOST_IOTLB_INVALIDATE`: userspace removes mappings.
+pub(crate) const MSG_INVALIDATE: u8 = 3;
+
+/// `VHOST_IOTLB_MSG`: the `type` word of a `struct vhost_msg`.
+pub(crate) const FORMAT_V1: u32 = 0x1;
+/// `VHOST_IOTLB_MSG_V2`: the `type` word of a `struct vhost_msg_v2`.
+pub(crate) const FORMAT_V2: u32 = 0x2;
+
+/// `sizeof(struct vhost_msg)` and `sizeof(struct vhost_msg_v2)` on 64-bit
+/// kernels: a 4-byte type, 4 bytes of padding (v1) or the address-space id
+/// (v2), and a 64-byte union whose first 32 bytes are the
+/// `struct vhost_iotlb_msg`.
+pub(crate) const MSG_LEN: usize = 72;
+/// Offset of the `struct vhost_iotlb_msg` in either format.
+const BODY_OFFSET: usize = 8;
+/// `sizeof(struct vhost_iotlb_msg)`: iova, size, uaddr (8 bytes each),
+/// perm, type, 6 bytes of padding.
+const BODY_LEN: usize = 32;
+/// The shortest write the C driver takes: type, pad or asid, body. What
+/// lies past it in the union is ignored.
+pub(crate) const MIN_WRITE: usize = BODY_OFFSET + BODY_LEN;
+
+/// The C driver's default for `max_iotlb_entries`.
+pub(crate) const DEFAULT_MAX_ENTRIES: usize = 2048;
+
+/// The `VHOST_ACCESS_*` bit of `access`, as mappings and miss messages
+/// name it.
+pub(crate) fn access_bits(access: Access) -> u8 {
+    match access {
+        Access::Read => ACCESS_RO,
+        Access::Write => ACCESS_WO,
+    }
+}
+
+/// One mapping of `[start, last]` (inclusive, as the C driver keeps them,
+/// so that a mapping may end at 2^64 - 1).
+///
+/// # Invariants
+///
+/// `start <= last`, and `uaddr + (last - start)` does not overflow.
+/// `seq` orders mappings by insertion; it is unique within a table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Mapping {
+    start: u64,
+    last: u64,
+    uaddr: u64,
+    perm: u8,
+    seq: u64,
+    /// The largest `last` of this mapping and of every mapping sorted
+    /// before it, which makes the lookup a binary search although mappings
+    /// may overlap (as in `memory.rs`).
+    reach: u64,
+}
+
+impl Mapping {
+    /// First IOVA.
+    pub(crate) fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Last IOVA (inclusive).
+    pub(crate) fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Owner-virtual address of `start`.
+    pub(crate) fn uaddr(&self) -> u64 {
+        self.uaddr
+    }
+
+    /// `VHOST_ACCESS_*` bits.
+    pub(crate) fn perm(&self) -> u8 {
+        self.perm
+    }
+
+    fn contains(&self, iova: u64) -> bool {
+        self.start <= iova && iova <= self.last
+    }
+}
+
+/// Why an update was refused. The C driver reports every one of these as
+/// `-EFAULT` to the writer; they are kept apart for the debug log and the
+/// tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UpdateError {
+    /// `size` is 0 (the writer's framing error, `-EINVAL` in C), or
+    /// `iova + size - 1` wraps around 2^64.
+    BadRange,
+    /// `uaddr + size` wraps around 2^64, or a readable or writable mapping
+    /// reaches past the user address space (C's `umem_access_ok`).
+    BadUserAddr,
+    /// The table has no room at all (`max_iotlb_entries` of 0).
+    NoCapacity,
+}
+
+/// The device IOTLB: at most `capacity` mappings, in a storage the caller
+/// allocated once.
+///
+/// Mappings are kept sorted by `start`, and by insertion among equal
+/// starts, so that a lookup finds what the C driver's interval tree finds:
+/// of the mappings that hold an address, the one with the lowest start,
+/// the oldest on a tie. Like C, overlapping mappings coexist (an update
+/// never trims or replaces another), an invalidation removes every mapping
+/// that overlaps its range, whole, and a full table retires its oldest
+/// mapping to take a new one.
+///
+/// # Invariants
+///
+/// `slots[..len]` are valid [`Mapping`]s, sorted by `(start, seq)`, each
+/// with its `reach`; `len <= slots.len()`; every `seq` is below `next_seq`.
+pub(crate) struct Iotlb<S> {
+    slots: S,
+    len: usize,
+    next_seq: u64,
+}
+
+impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
+    /// An empty table over `slots`, whose length is its capacity (the
+    /// contents are overwritten).
+    pub(crate) fn new(slots: S) -> Self {
+        // INVARIANT: no mapping yet.
+        Iotlb { slots, len: 0, next_seq: 0 }
+    }
+
+    /// The mappings, sorted by start.
+    pub(crate) fn mappings(&self) -> &[Mapping] {
+        &self.slots[..self.len]
+    }
+
+    /// How many mappings the table holds.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the table holds no mapping.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Removes every mapping.
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// `VHOST_IOTLB_UPDATE`: maps `[iova, iova + size)` to `uaddr` with the
+    /// `VHOST_ACCESS_*` bits `perm`, retiring the oldest mapping if the
+    /// table is full. `user_limit` is the first address past the user
+    /// address space. The C driver stores `perm` as given: a mapping
+    /// without permissions is taken, and refuses every access.
+    pub(crate) fn update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8, user_limit: u64) -> Result<(), UpdateError> {
+        if size == 0 {
+            return Err(UpdateError::BadRange);
+        }
+        let span = size - 1;
+        let last = iova.checked_add(span).ok_or(UpdateError::BadRange)?;
+        // `uaddr + size` may be exactly 2^64, as in C's `vhost_overflow`.
+        let ulast = uaddr.checked_add(span).ok_or(UpdateError::BadUserAddr)?;
+        if perm & (ACCESS_RO | ACCESS_WO) != 0 && ulast >= user_limit {
+            return Err(UpdateError::BadUserAddr);
+        }
+        if self.slots.is_empty() {
+            return Err(UpdateError::NoCapacity);
+        }
+        if self.len == self.slots.len() {
+            let oldest = self.mappings().iter().enumerate().min_by_key(|(_, m)| m.seq).map(|(i, _)| i);
+            if let Some(index) = oldest {
+                self.remove_at(index);
+            }
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        // After every mapping that starts at or before `iova`: those with
+        // an equal start are older.
+        let at = self.mappings().partition_point(|m| m.start <= iova);
+        self.slots.copy_within(at..self.len, at + 1);
+        // INVARIANT: `start <= last` and `uaddr + span` were checked above;
+        // the order is kept by the choice of `at`, `reach` by `fix_reach`.
+        self.slots[at] = Mapping { start: iova, last, uaddr, perm, seq, reach: last };
+        self.len += 1;
+        self.fix_reach(at);
+        Ok(())
+    }
+
+    /// `VHOST_IOTLB_INVALIDATE`: removes every mapping that overlaps
+    /// `[iova, iova + size - 1]`, whole. As in C, the end wraps around
+    /// 2^64 unchecked (the caller refuses a size of 0); returns how many
+    /// mappings went.
+    pub(crate) fn invalidate(&mut self, iova: u64, size: u64) -> usize {
+        let last = iova.wrapping_add(size.wrapping_sub(1));
+        let before = self.len;
+        let mut kept = 0;
+        for index in 0..self.len {
+            let m = self.slots[index];
+            if !(m.start <= last && iova <= m.last) {
+                self.slots[kept] = m;
+                kept += 1;
+            }
+        }
+        self.len = kept;
+        self.fix_reach(0);
+        before - kept
+    }
+
+    fn remove_at(&mut self, index: usize) {
+        self.slots.copy_within(index + 1..self.len, index);
+        self.len -= 1;
+        self.fix_reach(index);
+    }
+
+    /// Recomputes `reach` from `from` on.
+    fn fix_reach(&mut self, from: usize) {
+        let mut reach = if from == 0 { 0 } else { self.slots[from - 1].reach };
+        for m in &mut self.slots[from..self.len] {
+            reach = core::cmp::max(reach, m.last);
+            m.reach = reach;
+        }
+    }
+
+    /// The mapping that translates `iova`: of those that hold it, the one
+    /// with the lowest start, the oldest on a tie. That is the first
+    /// mapping whose `reach` gets to `iova` (every mapping before it ends
+    /// below `iova`), if it starts at or below `iova`.
+    pub(crate) fn find(&self, iova: u64) -> Option<&Mapping> {
+        let mappings = self.mappings();
+        let index = mappings.partition_point(|m| m.reach < iova);
+        let mapping = mappings.get(index)?;
+        mapping.contains(iova).then_some(mapping)
+    }
+
+    /// The owner-virtual address of `[iova, iova + len)` if it translates
+    /// for `access` into one contiguous owner range (possibly through
+    /// several adjacent mappings): what a ring part needs, since rings are
+    /// accessed at one owner address.
+    pub(crate) fn contiguous(&self, iova: u64, len: u64, access: Access) -> Result<Option<u64>, MemError> {
+        let mut start: Option<u64> = None;
+        let mut next = 0u64;
+        let mut contiguous = true;
+        self.for_each_piece(iova, len, access, |piece| {
+            match start {
+                None => start = Some(piece.uaddr),
+                Some(_) if piece.uaddr != next => contiguous = false,
+                Some(_) => {}
+            }
+            next = piece.uaddr.wrapping_add(piece.len);
+            Ok(())
+        })?;
+        Ok(if contiguous { start } else { None })
+    }
+}
+
+/// The device IOTLB as the ring parsers see it. A segment's `gpa` is then
+/// the I/O virtual address: a dirty log, which is kept by guest-physical
+/// page, must map the owner address back through the memory table (as the
+/// C driver's `log_write_hva` does).
+impl<S: DerefMut<Target = [Mapping]>> Translate for Iotlb<S> {
+    /// Translates `[iova, iova + len)` for `access`, calling `f` with each
+    /// contiguous piece in order. Stops at the first address that has no
+    /// mapping ([`MemError::Miss`], naming that address, as the C driver's
+    /// miss message does) or whose mapping refuses `access`
+    /// ([`MemError::Denied`]); `f` may then already have seen the first
+    /// pieces. A range past 2^64 is [`MemError::NotMapped`].
+    fn for_each_piece(
+        &self,
+        mut iova: u64,
+        len: u64,
+        access: Access,
+        mut f: impl FnMut(Segment) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        // The last byte must exist: `iova + len` may be 2^64, not more.
+        if len > 0 && iova.checked_add(len - 1).is_none() {
+            return Err(MemError::NotMapped);
+        }
+        let mut left = len;
+        while left > 0 {
+            let m = self.find(iova).ok_or(MemError::Miss { iova, access })?;
+            if m.perm & access_bits(access) == 0 {
+                return Err(MemError::Denied { iova, access });
+            }
+            let offset = iova - m.start;
+            // Bytes from `iova` to the mapping's end: at least 1, and at
+            // most 2^64 - 1 unless the mapping covers all of it.
+            let room = (m.last - iova).saturating_add(1);
+            let n = core::cmp::min(left, room);
+            // `uaddr + offset` is inside the mapping (type invariant).
+            f(Segment { gpa: iova, uaddr: m.uaddr + offset, len: n })?;
+            left -= n;
+            // Past the mapping's last byte; wraps only when nothing is left.
+            iova = iova.wrapping_add(n);
+        }
+        Ok(())
+    }
+}
+
+/// A message written by userspace, as [`parse_write`] read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Message {
+    /// `VHOST_IOTLB_MSG` or `VHOST_IOTLB_MSG_V2`: the length a successful
+    /// write returns does not depend on it (both are [`MSG_LEN`]).
+    pub(crate) format: u32,
+    pub(crate) iova: u64,
+    pub(crate) size: u64,
+    pub(crate) uaddr: u64,
+    pub(crate) perm: u8,
+    /// `VHOST_IOTLB_*`: only [`MSG_UPDATE`] and [`MSG_INVALIDATE`] are
+    /// taken by the device; the caller refuses the rest.
+    pub(crate) kind: u8,
+}
+
+/// Why a write was refused before its message was looked at: the C
+/// driver's `-EINVAL` cases of `vhost_chr_write_iter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    /// Shorter than the type word, or than the body its format needs.
+    Short,
+    /// A type word that is neither `VHOST_IOTLB_MSG` nor `_V2`.
+    UnknownFormat,
+    /// An update of size 0.
+    EmptyUpdate,
+}
+
+fn u64_at(bytes: &[u8], offset: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[offset..offset + 8]);
+    u64::from_ne_bytes(word)
+}
+
+/// Reads one message from the first bytes of a `write()` (the caller
+/// copies at most [`MIN_WRITE`] of them; more are ignored, as in C). The
+/// address-space id of a v2 message is skipped: vhost-net never acks
+/// `VHOST_BACKEND_F_IOTLB_ASID`, so it is always 0 to the device.
+pub(crate) fn parse_write(bytes: &[u8]) -> Result<Message, FrameError> {
+    let head: [u8; 4] = bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or(FrameError::Short)?;
+    let format = u32::from_ne_bytes(head);
+    if format != FORMAT_V1 && format != FORMAT_V2 {
+        return Err(FrameError::UnknownFormat);
+    }
+    let body = bytes.get(BODY_OFFSET..BODY_OFFSET + BODY_LEN).ok_or(FrameError::Short)?;
+    let message = Message {
+        format,
+        iova: u64_at(body, 0),
+        size: u64_at(body, 8),
+        uaddr: u64_at(body, 16),
+        perm: body[24],
+        kind: body[25],
+    };
+    if message.kind == MSG_UPDATE && message.size == 0 {
+        return Err(FrameError::EmptyUpdate);
+    }
+    Ok(message)
+}
+
+/// The bytes of a miss message for `read()`: `format` is the one the queue
+/// acked (v2 with `VHOST_BACKEND_F_IOTLB_MSG_V2`); size and uaddr are 0.
+pub(crate) fn encode_miss(format: u32, iova: u64, access: Access) -> [u8; MSG_LEN] {
+    let mut bytes = [0u8; MSG_LEN];
+    bytes[..4].copy_from_slice(&format.to_ne_bytes());
+    bytes[BODY_OFFSET..BODY_OFFSET + 8].copy_from_slice(&iova.to_ne_bytes());
+    bytes[BODY_OFFSET + 24] = access_bits(access);
+    bytes[BODY_OFFSET + 25] = MSG_MISS;
+    bytes
+}
+
+/// A miss, posted by a queue's worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Miss {
+    pub(crate) iova: u64,
+    pub(crate) access: Access,
+    /// The message format the queue acked when the miss was posted.
+    pub(crate) format: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum MissState {
+    #[default]
+    None,
+    /// Posted, not yet read by userspace; `seq` orders the reads.
+    Unread(Miss, u64),
+    /// Read by userspace: the queue waits for an update that covers it.
+    Pending(Miss),
+}
+
+/// The outstanding misses of a device's `N` queues.
+///
+/// A queue has at most one: it stops at its first miss, and a second one
+/// is dropped until the first is answered (the C driver's
+/// `vq->iotlb_miss`). `read()` takes the oldest unread one; an update
+/// answers the read ones whose address it covers, as C answers only its
+/// `pending_list`.
+///
+/// # Invariants
+///
+/// Every `Unread` sequence number is below `next_seq`.
+pub(crate) struct Misses<const N: usize> {
+    queues: [MissState; N],
+    next_seq: u64,
+}
+
+impl<const N: usize> Default for Misses<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Misses<N> {
+    /// No miss outstanding.
+    pub(crate) const fn new() -> Self {
+        Misses { queues: [MissState::None; N], next_seq: 0 }
+    }
+
+    /// Queue `queue` posts `miss`. Returns whether it is new: `false` if
+    /// the queue already has one outstanding (or `queue` is out of range),
+    /// so that readers are woken only for something to read.
+    pub(crate) fn post(&mut self, queue: usize, miss: Miss) -> bool {
+        match self.queues.get_mut(queue) {
+            Some(state @ MissState::None) => {
+                *state = MissState::Unread(miss, self.next_seq);
+                self.next_seq += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a `read()` would find a message (`poll`'s `EPOLLIN`).
+    pub(crate) fn readable(&self) -> bool {
+        self.queues.iter().any(|state| matches!(state, MissState::Unread(..)))
+    }
+
+    /// `read()`: the oldest unread miss, now pending.
+    pub(crate) fn read(&mut self) -> Option<Miss> {
+        let (index, miss) = self
+            .queues
+            .iter()
+            .enumerate()
+            .filter_map(|(index, state)| match state {
+                MissState::Unread(miss, seq) => Some((index, *miss, *seq)),
+                _ => None,
+            })
+            .min_by_key(|&(_, _, seq)| seq)
+            .map(|(index, miss, _)| (index, miss))?;
+        self.queues[index] = MissState::Pending(miss);
+        Some(miss)
+    }
+
+    /// A `read()` that could not copy the message out: as in C, the
+    /// message is dropped, and the queue may post again.
+    pub(crate) fn drop_read(&mut self, miss: Miss) {
+        for state in &mut self.queues {
+            if *state == MissState::Pending(miss) {
+                *state = MissState::None;
+                return;
+            }
+        }
+    }
+
+    /// An update of `[iova, iova + size - 1]` arrived: clears the pending
+    /// misses it covers and returns the queues to wake, as a bit mask
+    /// (bit `q` for queue `q`).
+    pub(crate) fn answer(&mut self, iova: u64, size: u64) -> u64 {
+        let last = iova.wrapping_add(size.wrapping_sub(1));
+        let mut wake = 0;
+        for (index, state) in self.queues.iter_mut().enumerate() {
+            if let MissState::Pending(miss) = *state {
+                if iova <= miss.iova && miss.iova <= last {
+                    *state = MissState::None;
+                    wake |= 1u64.checked_shl(index as u32).unwrap_or(0);
+                }
+            }
+        }
+        wake
+    }
+
+    /// Forgets queue `queue`'s miss (the queue was reset or stopped).
+    pub(crate) fn forget(&mut self, queue: usize) {
+        if let Some(state) = self.queues.get_mut(queue) {
+            *state = MissState::None;
+        }
+    }
+
+    /// Forgets every miss, unread and pending (`RESET_OWNER`, a backend
+    /// set to -1, the IOTLB switched off): C frees both of its lists.
+    pub(crate) fn clear(&mut self) {
+        self.queues = [MissState::None; N];
+    }
+}

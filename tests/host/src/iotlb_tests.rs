@@ -1,0 +1,211 @@
+use crate::iotlb::*;
+use crate::memory::{Access, MemError, Segment};
+use crate::iotlb_model::*;
+use crate::random_tests::Rng;
+
+fn table(capacity: usize) -> Iotlb<Vec<Mapping>> {
+    Iotlb::new(vec![Mapping::default(); capacity])
+}
+
+const RW: u8 = ACCESS_RO | ACCESS_WO;
+
+#[test]
+fn update_translates_and_checks_permissions() {
+    let mut t = table(8);
+    t.update(0x1000, 0x1000, 0x7000_0000, ACCESS_RO, USER_LIMIT).unwrap();
+    t.update(0x2000, 0x1000, 0x7100_0000, ACCESS_WO, USER_LIMIT).unwrap();
+    // A read across both: the second refuses reads, at its first byte.
+    let (got, err) = pieces(&t, 0x1ff0, 0x20, Access::Read);
+    assert_eq!(got, vec![Segment { gpa: 0x1ff0, uaddr: 0x7000_0ff0, len: 0x10 }]);
+    assert_eq!(err, Some(MemError::Denied { iova: 0x2000, access: Access::Read }));
+    // A write into the read-only mapping is refused.
+    assert_eq!(pieces(&t, 0x1800, 8, Access::Write).1, Some(MemError::Denied { iova: 0x1800, access: Access::Write }));
+    // A miss names the first untranslated address, not the start.
+    let (got, err) = pieces(&t, 0x2ff8, 0x10, Access::Write);
+    assert_eq!(got, vec![Segment { gpa: 0x2ff8, uaddr: 0x7100_0ff8, len: 8 }]);
+    assert_eq!(err, Some(MemError::Miss { iova: 0x3000, access: Access::Write }));
+    assert_eq!(pieces(&t, 0x500, 1, Access::Read).1, Some(MemError::Miss { iova: 0x500, access: Access::Read }));
+    // A length of 0 translates to nothing, even unmapped.
+    assert_eq!(pieces(&t, 0x500, 0, Access::Read), (vec![], None));
+}
+
+#[test]
+fn update_refuses_what_c_refuses() {
+    let mut t = table(4);
+    assert_eq!(t.update(0x1000, 0, 0x1000, RW, USER_LIMIT), Err(UpdateError::BadRange));
+    assert_eq!(t.update(u64::MAX, 2, 0x1000, RW, USER_LIMIT), Err(UpdateError::BadRange));
+    assert_eq!(t.update(0, 0x2000, u64::MAX - 0xfff, 0, USER_LIMIT), Err(UpdateError::BadUserAddr));
+    // Past the user address space, for a readable or writable mapping.
+    assert_eq!(t.update(0, 0x2000, USER_LIMIT - 0x1000, ACCESS_RO, USER_LIMIT), Err(UpdateError::BadUserAddr));
+    assert_eq!(t.update(0, 0x2000, USER_LIMIT - 0x1000, ACCESS_WO, USER_LIMIT), Err(UpdateError::BadUserAddr));
+    t.update(0, 0x1000, USER_LIMIT - 0x1000, RW, USER_LIMIT).unwrap();
+    // Up to 2^64 exactly: C's vhost_overflow allows it; without
+    // permissions access_ok is not asked, and nothing can use it.
+    t.update(0x10000, 0x1000, u64::MAX - 0xfff, 0, USER_LIMIT).unwrap();
+    assert_eq!(pieces(&t, 0x10000, 1, Access::Read).1, Some(MemError::Denied { iova: 0x10000, access: Access::Read }));
+    // The last IOVA may be 2^64 - 1.
+    t.update(u64::MAX - 0xfff, 0x1000, 0x5000, RW, USER_LIMIT).unwrap();
+    assert_eq!(pieces(&t, u64::MAX, 1, Access::Read).0, vec![Segment { gpa: u64::MAX, uaddr: 0x5fff, len: 1 }]);
+    assert_eq!(pieces(&t, u64::MAX, 2, Access::Read).1, Some(MemError::NotMapped));
+    let mut empty = table(0);
+    assert_eq!(empty.update(0, 1, 0, RW, USER_LIMIT), Err(UpdateError::NoCapacity));
+}
+
+#[test]
+fn overlaps_resolve_as_the_interval_tree_does() {
+    let mut t = table(8);
+    t.update(0x2000, 0x1000, 0xa000, RW, USER_LIMIT).unwrap();
+    t.update(0x1000, 0x3000, 0xb000, RW, USER_LIMIT).unwrap();
+    t.update(0x1000, 0x3000, 0xc000, RW, USER_LIMIT).unwrap();
+    // Lowest start wins, the oldest of equal starts.
+    assert_eq!(t.find(0x2800).unwrap().uaddr(), 0xb000);
+    // Nothing is trimmed: a range runs on in the mapping it started in.
+    assert_eq!(pieces(&t, 0x1800, 0x2000, Access::Read).0, vec![Segment { gpa: 0x1800, uaddr: 0xb800, len: 0x2000 }]);
+    // An invalidation takes every overlapping mapping, whole.
+    assert_eq!(t.invalidate(0x3fff, 1), 2);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.find(0x1000), None);
+    assert_eq!(t.find(0x2000).unwrap().uaddr(), 0xa000);
+}
+
+#[test]
+fn full_table_retires_the_oldest_mapping() {
+    let mut t = table(3);
+    for i in 0..3u64 {
+        // Inserted from high to low: the oldest sorts last.
+        t.update(0x10000 - i * 0x1000, 0x1000, i << 20, RW, USER_LIMIT).unwrap();
+    }
+    t.update(0x1000, 0x1000, 0xf00000, RW, USER_LIMIT).unwrap();
+    assert_eq!(t.len(), 3);
+    assert_eq!(t.find(0x10000), None, "the oldest mapping went");
+    assert!(t.find(0xf000).is_some() && t.find(0xe000).is_some() && t.find(0x1000).is_some());
+}
+
+#[test]
+fn contiguous_joins_adjacent_mappings() {
+    let mut t = table(8);
+    t.update(0x1000, 0x1000, 0x40000, RW, USER_LIMIT).unwrap();
+    t.update(0x2000, 0x1000, 0x41000, RW, USER_LIMIT).unwrap();
+    t.update(0x3000, 0x1000, 0x90000, RW, USER_LIMIT).unwrap();
+    assert_eq!(t.contiguous(0x1800, 0x1000, Access::Write), Ok(Some(0x40800)));
+    assert_eq!(t.contiguous(0x2800, 0x1000, Access::Write), Ok(None));
+    assert_eq!(t.contiguous(0x3800, 0x1000, Access::Write), Err(MemError::Miss { iova: 0x4000, access: Access::Write }));
+}
+
+#[test]
+fn random_operations_agree_with_the_model() {
+    let seed = std::env::var("VNR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x10_71b);
+    let mut r = Rng(seed);
+    for round in 0..300 {
+        let capacity = (r.next() % 24) as usize;
+        let mut t = table(capacity);
+        let mut model = Model::new(capacity);
+        // Small IOVA and owner spaces, so that ranges meet and overlap.
+        let addr = |r: &mut Rng| match r.next() % 8 {
+            0 => u64::MAX - r.next() % 0x3000,
+            1 => USER_LIMIT - r.next() % 0x3000,
+            _ => r.next() % 0x20000,
+        };
+        for _ in 0..200 {
+            match r.next() % 10 {
+                0..=4 => {
+                    let (iova, uaddr) = (addr(&mut r), addr(&mut r));
+                    let size = match r.next() % 6 {
+                        0 => 0,
+                        1 => u64::MAX - r.next() % 4,
+                        _ => 1 + r.next() % 0x4000,
+                    };
+                    let perm = (r.next() % 4) as u8;
+                    assert_eq!(t.update(iova, size, uaddr, perm, USER_LIMIT), model.update(iova, size, uaddr, perm), "round {round}");
+                }
+                5 | 6 => {
+                    let (iova, size) = (addr(&mut r), 1 + r.next() % 0x3000);
+                    assert_eq!(t.invalidate(iova, size), model.invalidate(iova, size));
+                }
+                7 => {
+                    // Wrapping and huge invalidations, as C computes them.
+                    let (iova, size) = (addr(&mut r), r.next());
+                    assert_eq!(t.invalidate(iova, size), model.invalidate(iova, size));
+                }
+                _ => {
+                    if r.next() % 50 == 0 {
+                        t.clear();
+                        model.maps.clear();
+                    }
+                }
+            }
+            let probes: Vec<(u64, u64)> = (0..4).map(|_| (addr(&mut r), r.next() % 0x8000)).collect();
+            agree(&t, &model, &probes);
+        }
+    }
+}
+
+#[test]
+fn messages_have_the_c_layout() {
+    // struct vhost_msg_v2 { u32 type; u32 asid; struct vhost_iotlb_msg iotlb; ... }
+    let mut w = [0u8; MSG_LEN];
+    w[..4].copy_from_slice(&FORMAT_V2.to_ne_bytes());
+    w[4..8].copy_from_slice(&7u32.to_ne_bytes()); // asid: skipped
+    w[8..16].copy_from_slice(&0x1000u64.to_ne_bytes());
+    w[16..24].copy_from_slice(&0x2000u64.to_ne_bytes());
+    w[24..32].copy_from_slice(&0x7000u64.to_ne_bytes());
+    w[32] = ACCESS_RO;
+    w[33] = MSG_UPDATE;
+    let m = parse_write(&w).unwrap();
+    assert_eq!(m, Message { format: FORMAT_V2, iova: 0x1000, size: 0x2000, uaddr: 0x7000, perm: ACCESS_RO, kind: MSG_UPDATE });
+    // The body is all C needs: 40 bytes.
+    assert_eq!(parse_write(&w[..MIN_WRITE]), Ok(m));
+    assert_eq!(parse_write(&w[..MIN_WRITE - 1]), Err(FrameError::Short));
+    assert_eq!(parse_write(&w[..3]), Err(FrameError::Short));
+    w[..4].copy_from_slice(&FORMAT_V1.to_ne_bytes());
+    assert_eq!(parse_write(&w).unwrap().format, FORMAT_V1);
+    w[..4].copy_from_slice(&3u32.to_ne_bytes());
+    assert_eq!(parse_write(&w), Err(FrameError::UnknownFormat));
+    w[..4].copy_from_slice(&FORMAT_V1.to_ne_bytes());
+    w[16..24].copy_from_slice(&0u64.to_ne_bytes());
+    assert_eq!(parse_write(&w), Err(FrameError::EmptyUpdate));
+    // An invalidation of size 0 passes the framing (C refuses it later).
+    w[33] = MSG_INVALIDATE;
+    assert_eq!(parse_write(&w).unwrap().size, 0);
+
+    let miss = encode_miss(FORMAT_V2, 0xabc000, Access::Write);
+    assert_eq!(&miss[..4], &FORMAT_V2.to_ne_bytes());
+    assert_eq!(&miss[4..8], &[0; 4]);
+    assert_eq!(&miss[8..16], &0xabc000u64.to_ne_bytes());
+    assert_eq!(&miss[16..32], &[0; 16]);
+    assert_eq!((miss[32], miss[33]), (ACCESS_WO, MSG_MISS));
+    assert!(miss[34..].iter().all(|&b| b == 0));
+}
+
+fn miss(iova: u64) -> Miss {
+    Miss { iova, access: Access::Read, format: FORMAT_V2 }
+}
+
+#[test]
+fn one_miss_per_queue_answered_once_read() {
+    let mut m = Misses::<2>::new();
+    assert!(!m.readable());
+    assert!(m.post(1, miss(0x5000)));
+    assert!(!m.post(1, miss(0x6000)), "a queue has one miss outstanding");
+    assert!(m.post(0, miss(0x9000)));
+    assert!(!m.post(2, miss(0)), "no such queue");
+    // An update before the read answers nothing: C answers its pending
+    // list only.
+    assert_eq!(m.answer(0x5000, 0x1000), 0);
+    assert_eq!(m.read(), Some(miss(0x5000)), "oldest first");
+    assert!(m.readable());
+    assert_eq!(m.read(), Some(miss(0x9000)));
+    assert!(!m.readable());
+    assert_eq!(m.read(), None);
+    assert_eq!(m.answer(0x4000, 0x1000), 0, "ends below the miss");
+    assert_eq!(m.answer(0x5000, 0x5000), 0b11);
+    assert!(m.post(1, miss(0x6000)));
+    m.read();
+    m.drop_read(miss(0x6000));
+    assert!(m.post(1, miss(0x7000)), "a dropped read frees the queue");
+    m.clear();
+    assert!(!m.readable());
+    assert!(m.post(1, miss(0x7000)));
+    m.forget(1);
+    assert!(!m.readable());
+}
