@@ -76,7 +76,8 @@ pub(crate) fn access_bits(access: Access) -> u8 {
 /// # Invariants
 ///
 /// `start <= last`, and `uaddr + (last - start)` does not overflow.
-/// `seq` orders mappings by insertion; it is unique within a table.
+/// (`seq`, the mapping's place in the order of insertion, is the table's
+/// to keep unique; see [`Iotlb`].)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Mapping {
     start: u64,
@@ -177,6 +178,7 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
 
     /// Removes every mapping.
     pub(crate) fn clear(&mut self) {
+        // INVARIANT: no mapping is left to be out of order.
         self.len = 0;
     }
 
@@ -234,12 +236,16 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
                 kept += 1;
             }
         }
+        // INVARIANT: the kept mappings stay in their order; `fix_reach`
+        // recomputes every `reach`.
         self.len = kept;
         self.fix_reach(0);
         before - kept
     }
 
     fn remove_at(&mut self, index: usize) {
+        // INVARIANT: the others keep their order; `fix_reach` recomputes
+        // `reach` from the gap on.
         self.slots.copy_within(index + 1..self.len, index);
         self.len -= 1;
         self.fix_reach(index);
@@ -263,26 +269,6 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
         let index = mappings.partition_point(|m| m.reach < iova);
         let mapping = mappings.get(index)?;
         mapping.contains(iova).then_some(mapping)
-    }
-
-    /// The owner-virtual address of `[iova, iova + len)` if it translates
-    /// for `access` into one contiguous owner range (possibly through
-    /// several adjacent mappings): what a ring part needs, since rings are
-    /// accessed at one owner address.
-    pub(crate) fn contiguous(&self, iova: u64, len: u64, access: Access) -> Result<Option<u64>, MemError> {
-        let mut start: Option<u64> = None;
-        let mut next = 0u64;
-        let mut contiguous = true;
-        self.for_each_piece(iova, len, access, |piece| {
-            match start {
-                None => start = Some(piece.uaddr),
-                Some(_) if piece.uaddr != next => contiguous = false,
-                Some(_) => {}
-            }
-            next = piece.uaddr.wrapping_add(piece.len);
-            Ok(())
-        })?;
-        Ok(if contiguous { start } else { None })
     }
 }
 
@@ -427,7 +413,8 @@ enum MissState {
 ///
 /// # Invariants
 ///
-/// Every `Unread` sequence number is below `next_seq`.
+/// Every `Unread` sequence number is below `next_seq`; `N <= 64`, so that
+/// [`Misses::answer`] names every queue in its mask.
 pub(crate) struct Misses<const N: usize> {
     queues: [MissState; N],
     next_seq: u64,
@@ -442,15 +429,18 @@ impl<const N: usize> Default for Misses<N> {
 impl<const N: usize> Misses<N> {
     /// No miss outstanding.
     pub(crate) const fn new() -> Self {
+        const { assert!(N <= 64, "the answer mask has 64 bits") };
+        // INVARIANT: no `Unread` state; `N` checked above.
         Misses { queues: [MissState::None; N], next_seq: 0 }
     }
 
-    /// Queue `queue` posts `miss`. Returns whether it is new: `false` if
-    /// the queue already has one outstanding (or `queue` is out of range),
-    /// so that readers are woken only for something to read.
+    /// Queue `queue` (below `N`) posts `miss`. Returns whether it is new:
+    /// `false` if the queue already has one outstanding, so that readers
+    /// are woken only for something to read.
     pub(crate) fn post(&mut self, queue: usize, miss: Miss) -> bool {
         match self.queues.get_mut(queue) {
             Some(state @ MissState::None) => {
+                // INVARIANT: `next_seq` moves past the number given out.
                 *state = MissState::Unread(miss, self.next_seq);
                 self.next_seq += 1;
                 true
@@ -464,8 +454,8 @@ impl<const N: usize> Misses<N> {
         self.queues.iter().any(|state| matches!(state, MissState::Unread(..)))
     }
 
-    /// `read()`: the oldest unread miss, now pending.
-    pub(crate) fn read(&mut self) -> Option<Miss> {
+    /// `read()`: the oldest unread miss, now pending, and its queue.
+    pub(crate) fn read(&mut self) -> Option<(usize, Miss)> {
         let (index, miss) = self
             .queues
             .iter()
@@ -477,17 +467,14 @@ impl<const N: usize> Misses<N> {
             .min_by_key(|&(_, _, seq)| seq)
             .map(|(index, miss, _)| (index, miss))?;
         self.queues[index] = MissState::Pending(miss);
-        Some(miss)
+        Some((index, miss))
     }
 
-    /// A `read()` that could not copy the message out: as in C, the
-    /// message is dropped, and the queue may post again.
-    pub(crate) fn drop_read(&mut self, miss: Miss) {
-        for state in &mut self.queues {
-            if *state == MissState::Pending(miss) {
-                *state = MissState::None;
-                return;
-            }
+    /// The `read()` of queue `queue`'s miss could not copy the message
+    /// out: as in C, the message is dropped, and the queue may post again.
+    pub(crate) fn drop_read(&mut self, queue: usize) {
+        if let Some(state @ MissState::Pending(_)) = self.queues.get_mut(queue) {
+            *state = MissState::None;
         }
     }
 
@@ -501,18 +488,12 @@ impl<const N: usize> Misses<N> {
             if let MissState::Pending(miss) = *state {
                 if iova <= miss.iova && miss.iova <= last {
                     *state = MissState::None;
-                    wake |= 1u64.checked_shl(index as u32).unwrap_or(0);
+                    // `index < N <= 64` (type invariant).
+                    wake |= 1u64 << index;
                 }
             }
         }
         wake
-    }
-
-    /// Forgets queue `queue`'s miss (the queue was reset or stopped).
-    pub(crate) fn forget(&mut self, queue: usize) {
-        if let Some(state) = self.queues.get_mut(queue) {
-            *state = MissState::None;
-        }
     }
 
     /// Forgets every miss, unread and pending (`RESET_OWNER`, a backend

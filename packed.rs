@@ -27,7 +27,7 @@
 use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::Translate;
 use crate::vring::{
-    indirect_count, positions, read_indirect_bytes, Chain, ChainBuilder, GuestMemory, Iov, RingFeatures, RingLayout,
+    indirect_table, positions, read_indirect_bytes, Chain, ChainBuilder, GuestMemory, Iov, RingFeatures, RingLayout,
     UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
 
@@ -365,7 +365,7 @@ impl PackedRing {
                 }
                 // Inside the table only WRITE counts; NEXT, INDIRECT and
                 // the ids are reserved and ignored (section 2.8.19).
-                for i in 0..indirect_count(desc.len)? {
+                for i in 0..indirect_table(space, desc.addr, desc.len)? {
                     let entry = PackedDesc::parse(&read_indirect_bytes(mem, space, desc.addr, i)?);
                     builder.push(entry.addr, entry.len, entry.writable())?;
                 }

@@ -83,9 +83,9 @@ pub(crate) enum VringError {
     /// error. The queue stops without consuming anything, the miss goes to
     /// userspace, and the queue resumes when it is mapped.
     IotlbMiss { iova: u64, access: Access },
-    /// The device IOTLB maps a buffer without the access the device needs
+    /// The device IOTLB maps `iova` without the access the device needs
     /// (a writable buffer in a read-only mapping).
-    AccessDenied,
+    AccessDenied { iova: u64, access: Access },
     /// A chain that translates into more than [`MAX_SEGMENTS`] pieces.
     TooManySegments,
     /// A chain with the wrong kind of buffers for this queue (a TX chain
@@ -114,7 +114,7 @@ impl From<MemError> for VringError {
     fn from(err: MemError) -> Self {
         match err {
             MemError::Miss { iova, access } => VringError::IotlbMiss { iova, access },
-            MemError::Denied { .. } => VringError::AccessDenied,
+            MemError::Denied { iova, access } => VringError::AccessDenied { iova, access },
             _ => VringError::NotMapped,
         }
     }
@@ -482,7 +482,7 @@ impl Vring {
                 if !self.features.indirect || d.flags & DESC_F_NEXT != 0 {
                     return Err(VringError::IndirectNotAllowed);
                 }
-                let count = indirect_count(d.len)?;
+                let count = indirect_table(space, d.addr, d.len)?;
                 let mut j: u64 = 0;
                 let mut ibudget = count;
                 loop {
@@ -659,13 +659,19 @@ impl Vring {
     }
 }
 
-/// How many descriptors an indirect table of `len` bytes holds: a
-/// non-empty whole number of them, at most [`MAX_SEGMENTS`].
-pub(crate) fn indirect_count(len: u32) -> Result<u64, VringError> {
+/// Checks the indirect table of `len` bytes at guest address `table`, and
+/// returns how many descriptors it holds: a non-empty whole number of
+/// them, at most [`MAX_SEGMENTS`], all of them translatable through
+/// `space` for reading. Like the C driver, the whole table is translated
+/// before any entry is read, so a table that is not all mapped is refused
+/// (or, through the device IOTLB, missed at its first unmapped byte) before
+/// any of its buffers are looked at.
+pub(crate) fn indirect_table<T: Translate + ?Sized>(space: &T, table: u64, len: u32) -> Result<u64, VringError> {
     let len = u64::from(len);
     if len == 0 || len % DESC_SIZE != 0 || len / DESC_SIZE > MAX_SEGMENTS as u64 {
         return Err(VringError::BadIndirectLen);
     }
+    space.for_each_piece(table, len, Access::Read, |_| Ok(()))?;
     Ok(len / DESC_SIZE)
 }
 
@@ -685,10 +691,12 @@ pub(crate) fn read_indirect_bytes<M: GuestMemory, T: Translate + ?Sized>(
     // Into a local buffer: a translation that fails midway leaves nothing
     // behind that anyone reads.
     space.for_each_piece(at, DESC_SIZE, Access::Read, |seg| {
-        // The pieces add up to the 16 bytes asked for.
-        let n = seg.len as usize;
-        mem.read(seg.uaddr, &mut bytes[off..off + n]).map_err(|_| MemError::NotMapped)?;
-        off += n;
+        // The pieces add up to the 16 bytes asked for; a translation that
+        // gave more would be refused, not trusted.
+        let end = usize::try_from(seg.len).ok().and_then(|n| off.checked_add(n)).ok_or(MemError::NotMapped)?;
+        let piece = bytes.get_mut(off..end).ok_or(MemError::NotMapped)?;
+        mem.read(seg.uaddr, piece).map_err(|_| MemError::NotMapped)?;
+        off = end;
         Ok(())
     })?;
     Ok(bytes)
@@ -735,7 +743,11 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
         if self.total > MAX_CHAIN_LEN {
             return Err(VringError::LenOverflow);
         }
-        addr.checked_add(len).ok_or(VringError::NotMapped)?;
+        // The buffer's last byte must exist; it may be the last of the
+        // 64-bit space (the IOTLB can map it; a memory region cannot).
+        if len > 0 {
+            addr.checked_add(len - 1).ok_or(VringError::NotMapped)?;
+        }
         let before = self.nseg;
         let (iov, nseg) = (&mut *self.iov, &mut self.nseg);
         let access = if writable { Access::Write } else { Access::Read };

@@ -89,7 +89,7 @@ pub fn run(input: IotlbInput) {
                 misses.post(usize::from(queue % 3), Miss { iova: u64::from(iova), access: Access::Read, format: FORMAT_V2 });
             }
             IotlbOp::Read => {
-                if let Some(miss) = misses.read() {
+                if let Some((_, miss)) = misses.read() {
                     assert_eq!(encode_miss(miss.format, miss.iova, miss.access)[33], MSG_MISS);
                 }
             }

@@ -636,7 +636,7 @@ fn pops_through_the_device_iotlb() {
     let want = Err(VringError::IotlbMiss { iova: IOVA + 0x2000, access: Access::Write });
     assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), want);
     tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_RO, 1 << 47).unwrap();
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied { iova: IOVA + 0x2000, access: Access::Write }));
     tlb.invalidate(IOVA + 0x2000, 1);
     tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_WO, 1 << 47).unwrap();
     let chain = r.ring.pop(&r.mem, &tlb, &mut r.iov).unwrap().unwrap();

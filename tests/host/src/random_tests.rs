@@ -1,7 +1,7 @@
 //! Randomized ring states against the parser: whatever the guest writes,
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
-use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
+use crate::iotlb::{access_bits, Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
 use crate::memory::{validate, Region};
 
 use crate::testmem::{NoLog, TestMem};
@@ -145,7 +145,10 @@ fn compare_with_iotlb(
         }
         Ok(None) => assert!(matches!(via_table, Ok(None))),
         Err(VringError::IotlbMiss { iova, .. }) => assert!(tlb.find(*iova).is_none(), "a miss at mapped {iova:#x}"),
-        Err(VringError::AccessDenied) => assert!(matches!(via_table, Ok(Some(_)) | Err(_))),
+        Err(VringError::AccessDenied { iova, access }) => {
+            let m = tlb.find(*iova).expect("refused at an unmapped address");
+            assert_eq!(m.perm() & access_bits(*access), 0, "refused {access:?} at {iova:#x} in {m:?}");
+        }
         Err(VringError::TooManySegments) => {}
         // The IOTLB splits at every page, so it runs out of segments no
         // later than the table; past that point the two walks differ.
@@ -205,6 +208,9 @@ pub fn one_state(seed: u64) -> usize {
         // The same pop through the device IOTLB, on a copy of the ring.
         let mut through_tlb = ring;
         let via_tlb = through_tlb.pop(&mem, tlb, &mut tlb_iov);
+        if via_tlb.is_err() {
+            assert_eq!(through_tlb.last_avail_idx(), before, "an error through the IOTLB must consume nothing");
+        }
         let via_table = ring.pop(&mem, &regions[..], &mut iov);
         compare_with_iotlb(tlb, &via_table, &iov, &via_tlb, &tlb_iov);
         match via_table {

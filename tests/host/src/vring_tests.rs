@@ -473,5 +473,5 @@ fn pops_through_the_device_iotlb() {
     // A writable buffer in a read-only mapping is the guest's error.
     r.desc(DESC, 1, IOVA + 0x10, 4, DESC_F_WRITE, 0);
     r.avail(1, 1, 2);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied { iova: IOVA + 0x10, access: Access::Write }));
 }
