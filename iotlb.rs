@@ -24,7 +24,7 @@
 //! of the table is the caller's (a `KVec` in the module, a `Vec` on the
 //! host), allocated once at its full size.
 
-use crate::memory::{Access, MemError, Segment, Translate};
+use crate::memory::{Access, Segment, Translate, TranslateError};
 use core::ops::DerefMut;
 
 /// `VHOST_ACCESS_RO`: the device may read through the mapping.
@@ -279,26 +279,26 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
 impl<S: DerefMut<Target = [Mapping]>> Translate for Iotlb<S> {
     /// Translates `[iova, iova + len)` for `access`, calling `f` with each
     /// contiguous piece in order. Stops at the first address that has no
-    /// mapping ([`MemError::Miss`], naming that address, as the C driver's
+    /// mapping ([`TranslateError::Miss`], naming that address, as the C driver's
     /// miss message does) or whose mapping refuses `access`
-    /// ([`MemError::Denied`]); `f` may then already have seen the first
-    /// pieces. A range past 2^64 is [`MemError::NotMapped`].
-    fn for_each_piece(
+    /// ([`TranslateError::Denied`]); `f` may then already have seen the first
+    /// pieces. A range past 2^64 is [`TranslateError::NotMapped`].
+    fn for_each_piece<E: From<TranslateError>>(
         &self,
         mut iova: u64,
         len: u64,
         access: Access,
-        mut f: impl FnMut(Segment) -> Result<(), MemError>,
-    ) -> Result<(), MemError> {
+        mut f: impl FnMut(Segment) -> Result<(), E>,
+    ) -> Result<(), E> {
         // The last byte must exist: `iova + len` may be 2^64, not more.
         if len > 0 && iova.checked_add(len - 1).is_none() {
-            return Err(MemError::NotMapped);
+            return Err(TranslateError::NotMapped.into());
         }
         let mut left = len;
         while left > 0 {
-            let m = self.find(iova).ok_or(MemError::Miss { iova, access })?;
+            let m = self.find(iova).ok_or(TranslateError::Miss { iova, access })?;
             if m.perm & access_bits(access) == 0 {
-                return Err(MemError::Denied { iova, access });
+                return Err(TranslateError::Denied { iova, access }.into());
             }
             let offset = iova - m.start;
             // Bytes from `iova` to the mapping's end: at least 1, and at

@@ -43,7 +43,7 @@ pub(crate) enum Access {
     Write,
 }
 
-/// Why a memory table or a translation was refused.
+/// Why a memory table was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MemError {
     /// More regions than the module parameter allows.
@@ -52,8 +52,12 @@ pub(crate) enum MemError {
     BadSize,
     /// A user address range above the user address-space limit.
     BadUserAddr,
-    /// A translated range is not fully covered by regions (or wraps
-    /// around 2^64).
+}
+
+/// Why a guest range could not be translated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TranslateError {
+    /// The range is not fully covered by regions (or wraps around 2^64).
     NotMapped,
     /// The device IOTLB has no mapping for `iova`, the first address left
     /// untranslated: the queue waits until userspace maps it.
@@ -75,24 +79,25 @@ pub(crate) enum MemError {
 pub(crate) trait Translate {
     /// Calls `f` for each contiguous piece of `[addr, addr + len)`, in
     /// order, for a use of kind `access`. On error `f` may already have
-    /// seen the first pieces: callers discard everything then.
-    fn for_each_piece(
+    /// seen the first pieces: callers discard everything then. `f`'s own
+    /// errors stop the walk and are returned as they are.
+    fn for_each_piece<E: From<TranslateError>>(
         &self,
         addr: u64,
         len: u64,
         access: Access,
-        f: impl FnMut(Segment) -> Result<(), MemError>,
-    ) -> Result<(), MemError>;
+        f: impl FnMut(Segment) -> Result<(), E>,
+    ) -> Result<(), E>;
 }
 
 impl Translate for [Region] {
-    fn for_each_piece(
+    fn for_each_piece<E: From<TranslateError>>(
         &self,
         addr: u64,
         len: u64,
         _access: Access,
-        f: impl FnMut(Segment) -> Result<(), MemError>,
-    ) -> Result<(), MemError> {
+        f: impl FnMut(Segment) -> Result<(), E>,
+    ) -> Result<(), E> {
         for_each_piece(self, addr, len, f)
     }
 }
@@ -180,18 +185,18 @@ pub(crate) struct Segment {
 
 /// Translates the guest range `[gpa, gpa + len)` into owner-virtual
 /// segments, calling `f` for each in order. A range that crosses regions is
-/// split at each region boundary. A hole is [`MemError::NotMapped`], found
+/// split at each region boundary. A hole is [`TranslateError::NotMapped`], found
 /// when the walk reaches it: `f` may already have been called for the
 /// first pieces, so callers discard everything on error (the ring parsers
 /// do).
-pub(crate) fn for_each_piece(
+pub(crate) fn for_each_piece<E: From<TranslateError>>(
     regions: &[Region],
     mut gpa: u64,
     mut len: u64,
-    mut f: impl FnMut(Segment) -> Result<(), MemError>,
-) -> Result<(), MemError> {
+    mut f: impl FnMut(Segment) -> Result<(), E>,
+) -> Result<(), E> {
     while len > 0 {
-        let r = find(regions, gpa).ok_or(MemError::NotMapped)?;
+        let r = find(regions, gpa).ok_or(TranslateError::NotMapped)?;
         let off = gpa - r.gpa();
         let n = core::cmp::min(len, r.size() - off);
         f(Segment { gpa, uaddr: r.uaddr() + off, len: n })?;

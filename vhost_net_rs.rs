@@ -290,9 +290,7 @@ fn write_arg<T: kernel::transmute::AsBytes>(arg: usize, value: &T) -> Result {
 fn mem_errno(err: MemError) -> Error {
     match err {
         MemError::TooMany => E2BIG,
-        MemError::BadSize | MemError::BadUserAddr | MemError::NotMapped => EFAULT,
-        // Only the device IOTLB reports these, never a table.
-        MemError::Miss { .. } | MemError::Denied { .. } => EFAULT,
+        MemError::BadSize | MemError::BadUserAddr => EFAULT,
     }
 }
 

@@ -18,7 +18,7 @@
 //! ordered by the barriers the virtio spec requires.
 
 use crate::dirtylog::{LogError, WriteLog};
-use crate::memory::{Access, MemError, Translate};
+use crate::memory::{Access, Translate, TranslateError};
 
 /// `VRING_DESC_F_NEXT`.
 pub(crate) const DESC_F_NEXT: u16 = 1;
@@ -110,12 +110,12 @@ pub(crate) enum VringError {
     UsedWriteFailed,
 }
 
-impl From<MemError> for VringError {
-    fn from(err: MemError) -> Self {
+impl From<TranslateError> for VringError {
+    fn from(err: TranslateError) -> Self {
         match err {
-            MemError::Miss { iova, access } => VringError::IotlbMiss { iova, access },
-            MemError::Denied { iova, access } => VringError::AccessDenied { iova, access },
-            _ => VringError::NotMapped,
+            TranslateError::NotMapped => VringError::NotMapped,
+            TranslateError::Miss { iova, access } => VringError::IotlbMiss { iova, access },
+            TranslateError::Denied { iova, access } => VringError::AccessDenied { iova, access },
         }
     }
 }
@@ -671,7 +671,7 @@ pub(crate) fn indirect_table<T: Translate + ?Sized>(space: &T, table: u64, len: 
     if len == 0 || len % DESC_SIZE != 0 || len / DESC_SIZE > MAX_SEGMENTS as u64 {
         return Err(VringError::BadIndirectLen);
     }
-    space.for_each_piece(table, len, Access::Read, |_| Ok(()))?;
+    space.for_each_piece(table, len, Access::Read, |_| Ok::<(), VringError>(()))?;
     Ok(len / DESC_SIZE)
 }
 
@@ -690,12 +690,12 @@ pub(crate) fn read_indirect_bytes<M: GuestMemory, T: Translate + ?Sized>(
     let mut off = 0usize;
     // Into a local buffer: a translation that fails midway leaves nothing
     // behind that anyone reads.
-    space.for_each_piece(at, DESC_SIZE, Access::Read, |seg| {
+    space.for_each_piece(at, DESC_SIZE, Access::Read, |seg| -> Result<(), VringError> {
         // The pieces add up to the 16 bytes asked for; a translation that
         // gave more would be refused, not trusted.
-        let end = usize::try_from(seg.len).ok().and_then(|n| off.checked_add(n)).ok_or(MemError::NotMapped)?;
-        let piece = bytes.get_mut(off..end).ok_or(MemError::NotMapped)?;
-        mem.read(seg.uaddr, piece).map_err(|_| MemError::NotMapped)?;
+        let end = usize::try_from(seg.len).ok().and_then(|n| off.checked_add(n)).ok_or(VringError::NotMapped)?;
+        let piece = bytes.get_mut(off..end).ok_or(VringError::NotMapped)?;
+        mem.read(seg.uaddr, piece).map_err(|_| VringError::NotMapped)?;
         off = end;
         Ok(())
     })?;
@@ -751,16 +751,11 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
         let before = self.nseg;
         let (iov, nseg) = (&mut *self.iov, &mut self.nseg);
         let access = if writable { Access::Write } else { Access::Read };
-        self.space.for_each_piece(addr, len, access, |seg| {
-            // A full iov array is reported as TooMany and mapped below.
-            let slot = iov.get_mut(*nseg).ok_or(MemError::TooMany)?;
+        self.space.for_each_piece(addr, len, access, |seg| -> Result<(), VringError> {
+            let slot = iov.get_mut(*nseg).ok_or(VringError::TooManySegments)?;
             *slot = Iov { gpa: seg.gpa, addr: seg.uaddr, len: seg.len };
             *nseg += 1;
             Ok(())
-        })
-        .map_err(|err| match err {
-            MemError::TooMany => VringError::TooManySegments,
-            err => VringError::from(err),
         })?;
         let added = self.nseg - before;
         if writable {

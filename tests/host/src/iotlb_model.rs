@@ -3,7 +3,7 @@
 //! `reach`: the random tests and the `iotlb` fuzz target check
 //! `iotlb::Iotlb` against it operation by operation.
 use crate::iotlb::*;
-use crate::memory::{Access, MemError, Segment, Translate};
+use crate::memory::{Access, Segment, Translate, TranslateError};
 
 pub(crate) const USER_LIMIT: u64 = 1 << 47;
 
@@ -64,18 +64,18 @@ impl Model {
     }
 
     /// C's `translate_desc`, as pieces.
-    pub(crate) fn translate(&self, mut iova: u64, len: u64, access: Access) -> (Vec<Segment>, Option<MemError>) {
+    pub(crate) fn translate(&self, mut iova: u64, len: u64, access: Access) -> (Vec<Segment>, Option<TranslateError>) {
         let mut out = Vec::new();
         if len > 0 && iova.checked_add(len - 1).is_none() {
-            return (out, Some(MemError::NotMapped));
+            return (out, Some(TranslateError::NotMapped));
         }
         let mut left = u128::from(len);
         while left > 0 {
             let Some(m) = self.find(iova) else {
-                return (out, Some(MemError::Miss { iova, access }));
+                return (out, Some(TranslateError::Miss { iova, access }));
             };
             if m.perm & access_bits(access) == 0 {
-                return (out, Some(MemError::Denied { iova, access }));
+                return (out, Some(TranslateError::Denied { iova, access }));
             }
             let room = u128::from(m.last - iova) + 1;
             let n = left.min(room);
@@ -93,7 +93,7 @@ pub(crate) fn pieces<S: std::ops::DerefMut<Target = [Mapping]>>(
     iova: u64,
     len: u64,
     access: Access,
-) -> (Vec<Segment>, Option<MemError>) {
+) -> (Vec<Segment>, Option<TranslateError>) {
     let mut out = Vec::new();
     let err = table
         .for_each_piece(iova, len, access, |p| {

@@ -1,5 +1,5 @@
 use crate::iotlb::*;
-use crate::memory::{Access, MemError, Segment};
+use crate::memory::{Access, Segment, TranslateError};
 use crate::iotlb_model::*;
 use crate::random_tests::Rng;
 
@@ -17,14 +17,14 @@ fn update_translates_and_checks_permissions() {
     // A read across both: the second refuses reads, at its first byte.
     let (got, err) = pieces(&t, 0x1ff0, 0x20, Access::Read);
     assert_eq!(got, vec![Segment { gpa: 0x1ff0, uaddr: 0x7000_0ff0, len: 0x10 }]);
-    assert_eq!(err, Some(MemError::Denied { iova: 0x2000, access: Access::Read }));
+    assert_eq!(err, Some(TranslateError::Denied { iova: 0x2000, access: Access::Read }));
     // A write into the read-only mapping is refused.
-    assert_eq!(pieces(&t, 0x1800, 8, Access::Write).1, Some(MemError::Denied { iova: 0x1800, access: Access::Write }));
+    assert_eq!(pieces(&t, 0x1800, 8, Access::Write).1, Some(TranslateError::Denied { iova: 0x1800, access: Access::Write }));
     // A miss names the first untranslated address, not the start.
     let (got, err) = pieces(&t, 0x2ff8, 0x10, Access::Write);
     assert_eq!(got, vec![Segment { gpa: 0x2ff8, uaddr: 0x7100_0ff8, len: 8 }]);
-    assert_eq!(err, Some(MemError::Miss { iova: 0x3000, access: Access::Write }));
-    assert_eq!(pieces(&t, 0x500, 1, Access::Read).1, Some(MemError::Miss { iova: 0x500, access: Access::Read }));
+    assert_eq!(err, Some(TranslateError::Miss { iova: 0x3000, access: Access::Write }));
+    assert_eq!(pieces(&t, 0x500, 1, Access::Read).1, Some(TranslateError::Miss { iova: 0x500, access: Access::Read }));
     // A length of 0 translates to nothing, even unmapped.
     assert_eq!(pieces(&t, 0x500, 0, Access::Read), (vec![], None));
 }
@@ -45,11 +45,11 @@ fn update_refuses_what_c_refuses() {
     // Up to 2^64 exactly: C's vhost_overflow allows it; without
     // permissions access_ok is not asked, and nothing can use it.
     t.update(0x10000, 0x1000, u64::MAX - 0xfff, 0, USER_LIMIT).unwrap();
-    assert_eq!(pieces(&t, 0x10000, 1, Access::Read).1, Some(MemError::Denied { iova: 0x10000, access: Access::Read }));
+    assert_eq!(pieces(&t, 0x10000, 1, Access::Read).1, Some(TranslateError::Denied { iova: 0x10000, access: Access::Read }));
     // The last IOVA may be 2^64 - 1.
     t.update(u64::MAX - 0xfff, 0x1000, 0x5000, RW, USER_LIMIT).unwrap();
     assert_eq!(pieces(&t, u64::MAX, 1, Access::Read).0, vec![Segment { gpa: u64::MAX, uaddr: 0x5fff, len: 1 }]);
-    assert_eq!(pieces(&t, u64::MAX, 2, Access::Read).1, Some(MemError::NotMapped));
+    assert_eq!(pieces(&t, u64::MAX, 2, Access::Read).1, Some(TranslateError::NotMapped));
     let mut empty = table(0);
     assert_eq!(empty.update(0, 1, 0, RW, USER_LIMIT), Err(UpdateError::NoCapacity));
 }

@@ -36,7 +36,7 @@ fn validate_sorts_and_rejects_too_many() {
     assert_eq!(validate(&mut v, 1), Err(MemError::TooMany));
 }
 
-fn segs(t: &[Region], gpa: u64, len: u64) -> Result<Vec<Segment>, MemError> {
+fn segs(t: &[Region], gpa: u64, len: u64) -> Result<Vec<Segment>, TranslateError> {
     let mut out = Vec::new();
     for_each_piece(t, gpa, len, |s| {
         out.push(s);
@@ -56,11 +56,11 @@ fn translate_splits_across_regions_and_refuses_holes() {
         vec![Segment { gpa: 0xff0, uaddr: 0x100ff0, len: 0x10 }, Segment { gpa: 0x1000, uaddr: 0x900000, len: 0x10 }]
     );
     // Runs into the hole at 0x2000: refused.
-    assert_eq!(segs(&t, 0x1ff0, 0x20), Err(MemError::NotMapped));
-    assert_eq!(segs(&t, 0x4000, 1), Err(MemError::NotMapped));
-    assert_eq!(segs(&t, u64::MAX, 2), Err(MemError::NotMapped));
+    assert_eq!(segs(&t, 0x1ff0, 0x20), Err(TranslateError::NotMapped));
+    assert_eq!(segs(&t, 0x4000, 1), Err(TranslateError::NotMapped));
+    assert_eq!(segs(&t, u64::MAX, 2), Err(TranslateError::NotMapped));
     assert_eq!(segs(&t, 0x3000, 0).unwrap(), vec![]);
-    assert_eq!(segs(&[], 0, 1), Err(MemError::NotMapped));
+    assert_eq!(segs(&[], 0, 1), Err(TranslateError::NotMapped));
 }
 
 #[test]
@@ -76,8 +76,8 @@ fn translate_unaligned_odd_sized_regions() {
             Segment { gpa: 0x100a, uaddr: 0x700000, len: 1 }
         ]
     );
-    assert_eq!(segs(&t, 0x2, 2), Err(MemError::NotMapped));
-    assert_eq!(segs(&t, 0x100a, 2), Err(MemError::NotMapped));
+    assert_eq!(segs(&t, 0x2, 2), Err(TranslateError::NotMapped));
+    assert_eq!(segs(&t, 0x100a, 2), Err(TranslateError::NotMapped));
 }
 
 #[test]
@@ -98,12 +98,12 @@ fn overlapping_regions_translate_as_the_c_interval_tree_does() {
         segs(&t, 0x2ff0, 0x20).unwrap(),
         vec![Segment { gpa: 0x2ff0, uaddr: 0x102ff0, len: 0x10 }, Segment { gpa: 0x3000, uaddr: 0x300800, len: 0x10 }]
     );
-    assert_eq!(segs(&t, 0x4000, 1), Err(MemError::NotMapped));
+    assert_eq!(segs(&t, 0x4000, 1), Err(TranslateError::NotMapped));
     // Without A: B and D share a start; B was given first.
     let mut t = vec![r(0x1000, 0x800, 0x200000), r(0x1000, 0x100, 0x400000), r(0x3000, 0x10, 0x500000)];
     validate(&mut t, 64).unwrap();
     assert_eq!(segs(&t, 0x1010, 4).unwrap(), vec![Segment { gpa: 0x1010, uaddr: 0x200010, len: 4 }]);
-    assert_eq!(segs(&t, 0x1900, 4), Err(MemError::NotMapped));
+    assert_eq!(segs(&t, 0x1900, 4), Err(TranslateError::NotMapped));
     assert_eq!(segs(&t, 0x3008, 8).unwrap(), vec![Segment { gpa: 0x3008, uaddr: 0x500008, len: 8 }]);
 }
 
@@ -145,7 +145,7 @@ fn guest_address_reverses_translate() {
         let mut uaddr = None;
         for_each_piece(&regions, gpa, len, |seg| {
             uaddr.get_or_insert(seg.uaddr);
-            Ok(())
+            Ok::<(), TranslateError>(())
         })
         .unwrap();
         assert_eq!(guest_address(&regions, uaddr.unwrap(), len), Some(gpa), "gpa {gpa:#x} len {len:#x}");
