@@ -80,8 +80,9 @@ pub(crate) enum VringError {
     /// range check).
     NotMapped,
     /// The device IOTLB has no mapping for `iova` yet: not the guest's
-    /// error. The queue stops without consuming anything, the miss goes to
-    /// userspace, and the queue resumes when it is mapped.
+    /// error. Nothing was consumed; the queue is to wait until userspace
+    /// maps `iova` (only the host tests translate through the IOTLB so
+    /// far: the module does not serve it yet).
     IotlbMiss { iova: u64, access: Access },
     /// The device IOTLB maps `iova` without the access the device needs
     /// (a writable buffer in a read-only mapping).
