@@ -25,6 +25,7 @@
 //! host), allocated once at its full size.
 
 use crate::memory::{Access, Segment, Translate, TranslateError};
+use core::cell::Cell;
 use core::ops::DerefMut;
 
 /// `VHOST_ACCESS_RO`: the device may read through the mapping.
@@ -151,6 +152,8 @@ pub(crate) struct Iotlb<S> {
     slots: S,
     len: usize,
     next_seq: u64,
+    /// The miss or refusal the last failed translation stopped at.
+    last_fault: Cell<Option<TranslateError>>,
 }
 
 impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
@@ -158,7 +161,14 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     /// contents are overwritten).
     pub(crate) fn new(slots: S) -> Self {
         // INVARIANT: no mapping yet.
-        Iotlb { slots, len: 0, next_seq: 0 }
+        Iotlb { slots, len: 0, next_seq: 0, last_fault: Cell::new(None) }
+    }
+
+    /// The miss or refusal ([`TranslateError::Miss`] or
+    /// [`TranslateError::Denied`], with its address) that the last failed
+    /// translation stopped at: the ring parsers' errors do not carry it.
+    pub(crate) fn last_fault(&self) -> Option<TranslateError> {
+        self.last_fault.get()
     }
 
     /// The mappings, sorted by start.
@@ -296,9 +306,15 @@ impl<S: DerefMut<Target = [Mapping]>> Translate for Iotlb<S> {
         }
         let mut left = len;
         while left > 0 {
-            let m = self.find(iova).ok_or(TranslateError::Miss { iova, access })?;
+            let Some(m) = self.find(iova) else {
+                let fault = TranslateError::Miss { iova, access };
+                self.last_fault.set(Some(fault));
+                return Err(fault.into());
+            };
             if m.perm & access_bits(access) == 0 {
-                return Err(TranslateError::Denied { iova, access }.into());
+                let fault = TranslateError::Denied { iova, access };
+                self.last_fault.set(Some(fault));
+                return Err(fault.into());
             }
             let offset = iova - m.start;
             // Bytes from `iova` to the mapping's end: at least 1, and at

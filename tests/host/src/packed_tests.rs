@@ -623,20 +623,23 @@ fn one_sequence_on_both_formats() {
 #[test]
 fn pops_through_the_device_iotlb() {
     use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
-    use crate::memory::Access;
+    use crate::memory::{Access, TranslateError};
     const IOVA: u64 = 0x1_0000_0000;
     let mut r = rig(8, f());
     let mut tlb = Iotlb::new(vec![Mapping::default(); 8]);
     tlb.update(IOVA, 0x800, BASE + 0x8000, ACCESS_RO, 1 << 47).unwrap();
     let id = r.post(&[(IOVA + 0x7f0, 0x20, false), (IOVA + 0x2000, 0x40, true)]);
-    let want = Err(VringError::IotlbMiss { iova: IOVA + 0x800, access: Access::Read });
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), want);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), want, "nothing consumed");
+    let want = Some(TranslateError::Miss { iova: IOVA + 0x800, access: Access::Read });
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(tlb.last_fault(), want);
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss), "nothing consumed");
+    assert_eq!(tlb.last_fault(), want);
     tlb.update(IOVA + 0x800, 0x800, BASE + 0x20000, ACCESS_RO | ACCESS_WO, 1 << 47).unwrap();
-    let want = Err(VringError::IotlbMiss { iova: IOVA + 0x2000, access: Access::Write });
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), want);
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x2000, access: Access::Write }));
     tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_RO, 1 << 47).unwrap();
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied { iova: IOVA + 0x2000, access: Access::Write }));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied));
+    assert_eq!(tlb.last_fault(), Some(TranslateError::Denied { iova: IOVA + 0x2000, access: Access::Write }));
     tlb.invalidate(IOVA + 0x2000, 1);
     tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_WO, 1 << 47).unwrap();
     let chain = r.ring.pop(&r.mem, &tlb, &mut r.iov).unwrap().unwrap();

@@ -447,7 +447,7 @@ fn in_order_fault_publishes_nothing() {
 #[test]
 fn pops_through_the_device_iotlb() {
     use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
-    use crate::memory::Access;
+    use crate::memory::{Access, TranslateError};
     const IOVA: u64 = 0xfee0_0000;
     let mut r = rig(8, f());
     let mut tlb = Iotlb::new(vec![Mapping::default(); 4]);
@@ -457,12 +457,14 @@ fn pops_through_the_device_iotlb() {
     r.desc(BASE + 0x5000, 1, IOVA + 0x3000, 0x100, DESC_F_WRITE, 0);
     r.desc(DESC, 0, IOVA + 0x1000, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss { iova: IOVA + 0x1000, access: Access::Read }));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x1000, access: Access::Read }));
     tlb.update(IOVA + 0x1000, 0x1000, BASE + 0x5000, ACCESS_RO, 1 << 47).unwrap();
     tlb.update(IOVA, 0x1000, BASE + 0x9000, ACCESS_RO, 1 << 47).unwrap();
     // The readable buffer's second half is in the table's mapping: read
     // only, which a readable buffer may be.
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss { iova: IOVA + 0x3000, access: Access::Write }));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x3000, access: Access::Write }));
     assert_eq!(r.ring.last_avail_idx(), 0);
     tlb.update(IOVA + 0x3000, 0x1000, BASE + 0x7000, ACCESS_WO, 1 << 47).unwrap();
     let c = r.ring.pop(&r.mem, &tlb, &mut r.iov).unwrap().unwrap();
@@ -473,5 +475,6 @@ fn pops_through_the_device_iotlb() {
     // A writable buffer in a read-only mapping is the guest's error.
     r.desc(DESC, 1, IOVA + 0x10, 4, DESC_F_WRITE, 0);
     r.avail(1, 1, 2);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied { iova: IOVA + 0x10, access: Access::Write }));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied));
+    assert_eq!(tlb.last_fault(), Some(TranslateError::Denied { iova: IOVA + 0x10, access: Access::Write }));
 }
