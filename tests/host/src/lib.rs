@@ -31,6 +31,8 @@ mod random_tests;
 mod packed_tests;
 #[cfg(test)]
 mod iotlb_tests;
+#[cfg(test)]
+mod parse_bench;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 #[cfg(feature = "fuzz")]
