@@ -27,7 +27,7 @@
 use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::Translate;
 use crate::vring::{
-    indirect_table, positions, read_indirect_bytes, Chain, ChainBuilder, GuestMemory, Iov, RingFeatures, RingLayout,
+    positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, RingFeatures, RingLayout,
     UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
 
@@ -365,8 +365,9 @@ impl PackedRing {
                 }
                 // Inside the table only WRITE counts; NEXT, INDIRECT and
                 // the ids are reserved and ignored (section 2.8.19).
-                for i in 0..indirect_table(space, desc.addr, desc.len)? {
-                    let entry = PackedDesc::parse(&read_indirect_bytes(mem, space, desc.addr, i)?);
+                let table = IndirectTable::new(space, desc.addr, desc.len)?;
+                for i in 0..table.count() {
+                    let entry = PackedDesc::parse(&table.entry(mem, space, i)?);
                     builder.push(entry.addr, entry.len, entry.writable())?;
                 }
                 break desc.id;

@@ -426,7 +426,8 @@ impl Vring {
     }
 
     /// Takes the next available chain, translating its buffers through
-    /// `space` (the memory table or the device IOTLB) into `iov`. Returns `Ok(None)` when the ring is empty.
+    /// `space` (the memory table or the device IOTLB) into `iov`. Returns
+    /// `Ok(None)` when the ring is empty.
     ///
     /// On error nothing is consumed: `last_avail_idx` is unchanged.
     pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
@@ -486,7 +487,8 @@ impl Vring {
                 if !self.features.indirect || d.flags & DESC_F_NEXT != 0 {
                     return Err(VringError::IndirectNotAllowed);
                 }
-                let count = indirect_table(space, d.addr, d.len)?;
+                let table = IndirectTable::new(space, d.addr, d.len)?;
+                let count = table.count();
                 let mut j: u64 = 0;
                 let mut ibudget = count;
                 loop {
@@ -494,7 +496,7 @@ impl Vring {
                         return Err(VringError::Loop);
                     }
                     ibudget -= 1;
-                    let id = Desc::parse(&read_indirect_bytes(mem, space, d.addr, j)?);
+                    let id = Desc::parse(&table.entry(mem, space, j)?);
                     if id.flags & DESC_F_INDIRECT != 0 {
                         return Err(VringError::NestedIndirect);
                     }
@@ -663,27 +665,68 @@ impl Vring {
     }
 }
 
-/// Checks the indirect table of `len` bytes at guest address `table`, and
-/// returns how many descriptors it holds: a non-empty whole number of
-/// them, at most [`MAX_SEGMENTS`], all of them translatable through
-/// `space` for reading. Like the C driver, the whole table is translated
-/// before any entry is read, so a table that is not all mapped is refused
-/// (or, through the device IOTLB, missed at its first unmapped byte) before
-/// any of its buffers are looked at.
-pub(crate) fn indirect_table<T: Translate + ?Sized>(space: &T, table: u64, len: u32) -> Result<u64, VringError> {
-    let len = u64::from(len);
-    if len == 0 || len % DESC_SIZE != 0 || len / DESC_SIZE > MAX_SEGMENTS as u64 {
-        return Err(VringError::BadIndirectLen);
+/// An indirect table, checked once per chain: its descriptor count and,
+/// when the whole table lies in one piece of owner memory (the usual
+/// case), where, so that its entries are read without translating again.
+pub(crate) struct IndirectTable {
+    addr: u64,
+    count: u64,
+    /// The owner address of the whole table, if it is one piece.
+    owner: Option<u64>,
+}
+
+impl IndirectTable {
+    /// Checks the table of `len` bytes at guest address `addr`: a
+    /// non-empty whole number of descriptors, at most [`MAX_SEGMENTS`], all
+    /// of them translatable through `space` for reading. Like the C
+    /// driver, the whole table is translated before any entry is read, so
+    /// a table that is not all mapped is refused (or, through the device
+    /// IOTLB, missed at its first unmapped byte) before any of its buffers
+    /// are looked at.
+    pub(crate) fn new<T: Translate + ?Sized>(space: &T, addr: u64, len: u32) -> Result<Self, VringError> {
+        let len = u64::from(len);
+        if len == 0 || len % DESC_SIZE != 0 || len / DESC_SIZE > MAX_SEGMENTS as u64 {
+            return Err(VringError::BadIndirectLen);
+        }
+        let mut owner = None;
+        let mut pieces = 0u32;
+        space.for_each_piece(addr, len, Access::Read, |seg| -> Result<(), VringError> {
+            owner.get_or_insert(seg.uaddr);
+            pieces += 1;
+            Ok(())
+        })?;
+        Ok(IndirectTable { addr, count: len / DESC_SIZE, owner: owner.filter(|_| pieces == 1) })
     }
-    space.for_each_piece(table, len, Access::Read, |_| Ok::<(), VringError>(()))?;
-    Ok(len / DESC_SIZE)
+
+    /// How many descriptors the table holds.
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The 16 bytes of descriptor `i` (below [`IndirectTable::count`]).
+    pub(crate) fn entry<M: GuestMemory, T: Translate + ?Sized>(
+        &self,
+        mem: &M,
+        space: &T,
+        i: u64,
+    ) -> Result<[u8; 16], VringError> {
+        if i >= self.count {
+            return Err(VringError::BadNext);
+        }
+        match self.owner {
+            // Inside the one piece checked in `new`: `i * 16` is below the
+            // table's length, and the piece's owner range does not wrap.
+            Some(base) => mem.read_16(base + i * DESC_SIZE).map_err(|_| VringError::NotMapped),
+            None => read_indirect_bytes(mem, space, self.addr, i),
+        }
+    }
 }
 
 /// Reads the 16 bytes of descriptor `i` of an indirect table at guest
-/// address `table` (through `space`); the table may cross memory regions or
-/// IOTLB mappings. Both ring formats use 16-byte descriptors, laid out
-/// differently.
-pub(crate) fn read_indirect_bytes<M: GuestMemory, T: Translate + ?Sized>(
+/// address `table` (through `space`), for a table that crosses memory
+/// regions or IOTLB mappings. Both ring formats use 16-byte descriptors,
+/// laid out differently.
+fn read_indirect_bytes<M: GuestMemory, T: Translate + ?Sized>(
     mem: &M,
     space: &T,
     table: u64,
