@@ -12,11 +12,15 @@
 //! - the networking error codes (`ENOTSOCK`, `ENOBUFS`, `EOPNOTSUPP`) in
 //!   `kernel::error::code`;
 //! - `kernel::sync::rcu::synchronize_rcu`;
+//! - `EBADFD` in `kernel::error::code`;
+//! - `PollCondVarBox`, a poll condition variable freed after an RCU grace
+//!   period rather than waiting for one: 7.2 has only `PollCondVar`, which
+//!   waits in its destructor, so there each close waits for a grace period;
 //! - module parameters read by value: 7.2's `value()` returns a reference;
 //! - an owner in the misc device's file operations: without it an open file
-//!   does not pin the module, and `rmmod` unloads it under the file. On 7.2
-//!   the module registers its nodes itself (`dropin::MiscNode`) with a copy
-//!   of the operations that names the owner.
+//!   does not pin the module, and `rmmod` unloads it under the file.
+//!   `misc_node.rs` registers every node with its own copy of the
+//!   operations, and [`own_fops`] names the owner there on 7.2.
 //!
 //! The one C difference, 7.2's tun without `tun_wake_queue`, is at the top
 //! of `vnr_shim.c`.
@@ -68,7 +72,37 @@ pub(crate) mod code {
             }
         )*};
     }
-    net_errors!(enotsock => ENOTSOCK, enobufs => ENOBUFS, eopnotsupp => EOPNOTSUPP);
+    net_errors!(enotsock => ENOTSOCK, enobufs => ENOBUFS, eopnotsupp => EOPNOTSUPP, ebadfd => EBADFD);
+}
+
+/// A condition variable that `poll()` can register, freed without making
+/// its owner wait for an RCU grace period where the kernel crate allows it.
+#[cfg(not(vnr_kernel_7_2))]
+pub(crate) type PollCondVarBox = kernel::sync::poll::PollCondVarBox;
+
+/// A condition variable that `poll()` can register (7.2: boxed, waiting
+/// for an RCU grace period when dropped).
+#[cfg(vnr_kernel_7_2)]
+pub(crate) struct PollCondVarBox(Pin<KBox<kernel::sync::poll::PollCondVar>>);
+
+#[cfg(vnr_kernel_7_2)]
+impl core::ops::Deref for PollCondVarBox {
+    type Target = kernel::sync::poll::PollCondVar;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+/// A new [`PollCondVarBox`].
+pub(crate) fn new_poll_condvar(
+    name: &'static CStr,
+    key: Pin<&'static kernel::sync::LockClassKey>,
+) -> Result<PollCondVarBox> {
+    #[cfg(not(vnr_kernel_7_2))]
+    return Ok(kernel::sync::poll::PollCondVarBox::new(name, key)?);
+    #[cfg(vnr_kernel_7_2)]
+    return Ok(PollCondVarBox(KBox::pin_init(kernel::sync::poll::PollCondVar::new(name, key), GFP_KERNEL)?));
 }
 
 /// Waits for every RCU read-side critical section in progress to end.
@@ -84,55 +118,16 @@ pub(crate) fn synchronize_rcu() {
     };
 }
 
-/// The main node's registration: the kernel crate's on 7.3, the module's
-/// own on 7.2 (see the file's documentation).
-#[cfg(not(vnr_kernel_7_2))]
-pub(crate) type MiscRegistration<T> = kernel::miscdevice::MiscDeviceRegistration<T>;
-/// The main node's registration: the kernel crate's on 7.3, the module's
-/// own on 7.2 (see the file's documentation).
-#[cfg(vnr_kernel_7_2)]
-pub(crate) type MiscRegistration<T> = crate::dropin::MiscNode<T>;
-
-/// Registers `/dev/NAME` for `T` on a dynamic minor.
-pub(crate) fn register_misc<T: kernel::miscdevice::MiscDevice>(
-    name: &'static CStr,
-) -> impl PinInit<MiscRegistration<T>, Error> {
-    #[cfg(not(vnr_kernel_7_2))]
-    return kernel::miscdevice::MiscDeviceRegistration::register(
-        kernel::miscdevice::MiscDeviceOptions { name },
-    );
-    #[cfg(vnr_kernel_7_2)]
-    return crate::dropin::MiscNode::register(name, kernel::bindings::MISC_DYNAMIC_MINOR);
-}
-
-/// The file operations a misc node is registered with: the kernel crate's
-/// vtable `fops` where it names this module as its owner (7.3); on 7.2,
-/// where it does not, a copy of it in `copy` with the owner set.
-///
-/// # Safety
-///
-/// `fops` points to valid file operations, and `copy` is valid for writes
-/// and outlives every use of the pointer returned.
-pub(crate) unsafe fn misc_fops(
-    fops: *const kernel::bindings::file_operations,
-    copy: *mut kernel::bindings::file_operations,
-) -> *const kernel::bindings::file_operations {
-    #[cfg(not(vnr_kernel_7_2))]
-    {
-        let _ = copy;
-        fops
-    }
+/// Names this module as the owner of file operations copied from the
+/// kernel crate's misc vtable (see `misc_node.rs`): 7.3's names it
+/// already, 7.2's none.
+pub(crate) fn own_fops(fops: &mut kernel::bindings::file_operations) {
     #[cfg(vnr_kernel_7_2)]
     {
-        // SAFETY: `fops` is valid for reads and `copy` for writes, by the
-        // function's safety requirements.
-        unsafe {
-            let mut own = core::ptr::read(fops);
-            own.owner = crate::THIS_MODULE.as_ptr();
-            copy.write(own);
-        }
-        copy
+        fops.owner = crate::THIS_MODULE.as_ptr();
     }
+    #[cfg(not(vnr_kernel_7_2))]
+    let _ = fops;
 }
 
 /// A module parameter's value, as 7.3 returns it (`T`) or 7.2 does (`&T`).

@@ -18,7 +18,7 @@
 //! Everything here is arithmetic on addresses from userspace and lengths
 //! from the guest, so every sum is checked.
 
-use crate::memory::Region;
+use crate::memory::{Region, TranslateError};
 
 /// `VHOST_PAGE_SIZE`: the guest bytes one bit of the log stands for. It is
 /// part of the ABI (QEMU's `VHOST_LOG_PAGE`), not the host's page size.
@@ -32,6 +32,14 @@ const LOG_BYTE_SPAN: u64 = LOG_PAGE_SIZE * 8;
 pub(crate) enum LogError {
     /// The bit's address overflows, or the bitmap there cannot be written.
     Fault,
+}
+
+/// A write whose guest-physical address cannot be found (through the
+/// device IOTLB and the memory table) cannot be logged either.
+impl From<TranslateError> for LogError {
+    fn from(_: TranslateError) -> Self {
+        LogError::Fault
+    }
 }
 
 /// The memory that holds the bitmap.

@@ -28,6 +28,8 @@ use kernel::{
 pub(crate) const POLLIN: u32 = 0x0001;
 /// `EPOLLOUT`.
 pub(crate) const POLLOUT: u32 = 0x0004;
+/// `EPOLLRDNORM`.
+pub(crate) const POLLRDNORM: u32 = 0x0040;
 /// `EPOLLERR`.
 const POLLERR: u32 = 0x0008;
 /// `DEFAULT_POLLMASK`: what `vfs_poll` reports for a file without a `poll`

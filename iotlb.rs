@@ -25,6 +25,7 @@
 //! host), allocated once at its full size.
 
 use crate::memory::{Access, Segment, Translate, TranslateError};
+use crate::vring::{GuestMemory, VringError};
 use core::cell::Cell;
 use core::ops::DerefMut;
 
@@ -39,6 +40,10 @@ pub(crate) const MSG_MISS: u8 = 1;
 pub(crate) const MSG_UPDATE: u8 = 2;
 /// `VHOST_IOTLB_INVALIDATE`: userspace removes mappings.
 pub(crate) const MSG_INVALIDATE: u8 = 3;
+/// `VHOST_IOTLB_BATCH_BEGIN`: updates until the end may be applied as one.
+pub(crate) const MSG_BATCH_BEGIN: u8 = 5;
+/// `VHOST_IOTLB_BATCH_END`.
+pub(crate) const MSG_BATCH_END: u8 = 6;
 
 /// `VHOST_IOTLB_MSG`: the `type` word of a `struct vhost_msg`.
 pub(crate) const FORMAT_V1: u32 = 0x1;
@@ -58,9 +63,6 @@ const BODY_LEN: usize = 32;
 /// The shortest write the C driver takes: type, pad or asid, body. What
 /// lies past it in the union is ignored.
 pub(crate) const MIN_WRITE: usize = BODY_OFFSET + BODY_LEN;
-
-/// The C driver's default for `max_iotlb_entries`.
-pub(crate) const DEFAULT_MAX_ENTRIES: usize = 2048;
 
 /// The `VHOST_ACCESS_*` bit of `access`, as mappings and miss messages
 /// name it.
@@ -92,6 +94,9 @@ pub(crate) struct Mapping {
     reach: u64,
 }
 
+// The accessors serve the host tests and fuzzers (tests/host), which check
+// the table against a model; the module only translates through it.
+#[allow(dead_code)]
 impl Mapping {
     /// First IOVA.
     pub(crate) fn start(&self) -> u64 {
@@ -182,11 +187,13 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     }
 
     /// Whether the table holds no mapping.
+    #[allow(dead_code)] // The host tests'.
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Removes every mapping.
+    #[allow(dead_code)] // The host tests' and fuzzers'.
     pub(crate) fn clear(&mut self) {
         // INVARIANT: no mapping is left to be out of order.
         self.len = 0;
@@ -421,9 +428,10 @@ enum MissState {
 
 /// The outstanding misses of a device's `N` queues.
 ///
-/// A queue has at most one: it stops at its first miss, and a second one
-/// is dropped until the first is answered (the C driver's
-/// `vq->iotlb_miss`). `read()` takes the oldest unread one; an update
+/// A queue has at most one: it stops at its first miss, and posts again
+/// only when it runs again (a kick, an update); an unread miss is not
+/// posted twice, so a queue cannot grow the list (the C driver adds a
+/// message at each attempt). `read()` takes the oldest unread one; an update
 /// answers the read ones whose address it covers, as C answers only its
 /// `pending_list`.
 ///
@@ -451,11 +459,15 @@ impl<const N: usize> Misses<N> {
     }
 
     /// Queue `queue` (below `N`) posts `miss`. Returns whether it is new:
-    /// `false` if the queue already has one outstanding, so that readers
-    /// are woken only for something to read.
+    /// `false` if the queue has one that userspace has not read yet, so
+    /// that readers are woken only for something to read. One that was read
+    /// and not answered is replaced: userspace may not have been able to
+    /// translate it then (the guest had not mapped the address yet), and
+    /// the queue, which only runs again when kicked, asks again, as the C
+    /// driver does at each attempt.
     pub(crate) fn post(&mut self, queue: usize, miss: Miss) -> bool {
         match self.queues.get_mut(queue) {
-            Some(state @ MissState::None) => {
+            Some(state @ (MissState::None | MissState::Pending(_))) => {
                 // INVARIANT: `next_seq` moves past the number given out.
                 *state = MissState::Unread(miss, self.next_seq);
                 self.next_seq += 1;
@@ -517,4 +529,107 @@ impl<const N: usize> Misses<N> {
     pub(crate) fn clear(&mut self) {
         self.queues = [MissState::None; N];
     }
+}
+
+/// The owner's memory `M` seen through the address space `T` (the device
+/// IOTLB): what the ring parsers read and write when the ring's own
+/// addresses (descriptor table, avail and used rings) are I/O virtual
+/// addresses. Every access is translated and checked for its direction
+/// first; a 16-bit or 8-byte access must land in one mapping, since it has
+/// to be single-copy atomic (the C driver refuses a "non atomic userspace
+/// memory access" too).
+pub(crate) struct Translated<'a, M, T: ?Sized> {
+    mem: &'a M,
+    space: &'a T,
+}
+
+impl<'a, M: GuestMemory, T: Translate + ?Sized> Translated<'a, M, T> {
+    pub(crate) fn new(mem: &'a M, space: &'a T) -> Self {
+        Translated { mem, space }
+    }
+
+    /// The owner address of `[addr, addr + len)`, which must be one piece.
+    fn whole(&self, addr: u64, len: u64, access: Access) -> Result<u64, VringError> {
+        let mut found = None;
+        self.space.for_each_piece(addr, len, access, |seg: Segment| {
+            if seg.len != len {
+                return Err(VringError::NotMapped);
+            }
+            found = Some(seg.uaddr);
+            Ok(())
+        })?;
+        found.ok_or(VringError::NotMapped)
+    }
+}
+
+impl<M: GuestMemory, T: Translate + ?Sized> GuestMemory for Translated<'_, M, T> {
+    fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
+        self.mem.read_u16(self.whole(addr, 2, Access::Read)?)
+    }
+
+    fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
+        self.mem.write_u16(self.whole(addr, 2, Access::Write)?, val)
+    }
+
+    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError> {
+        self.mem.write_8(self.whole(addr, 8, Access::Write)?, bytes)
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError> {
+        let mut done = 0usize;
+        self.space.for_each_piece(addr, buf.len() as u64, Access::Read, |seg: Segment| {
+            // `seg.len` is at most what is left of `buf`.
+            let end = done + seg.len as usize;
+            self.mem.read(seg.uaddr, &mut buf[done..end])?;
+            done = end;
+            Ok(())
+        })
+    }
+
+    fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
+        // A descriptor in one mapping (nearly always) takes the fast read.
+        let mut uaddr = None;
+        self.space.for_each_piece(addr, 16, Access::Read, |seg: Segment| {
+            uaddr = (seg.len == 16).then_some(seg.uaddr);
+            Ok::<(), VringError>(())
+        })?;
+        match uaddr {
+            Some(uaddr) => self.mem.read_16(uaddr),
+            None => {
+                let mut bytes = [0u8; 16];
+                self.read(addr, &mut bytes)?;
+                Ok(bytes)
+            }
+        }
+    }
+
+    fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError> {
+        let mut done = 0usize;
+        self.space.for_each_piece(addr, buf.len() as u64, Access::Write, |seg: Segment| {
+            let end = done + seg.len as usize;
+            self.mem.write(seg.uaddr, &buf[done..end])?;
+            done = end;
+            Ok(())
+        })
+    }
+
+    fn mb(&self) {
+        self.mem.mb();
+    }
+
+    fn rmb(&self) {
+        self.mem.rmb();
+    }
+
+    fn wmb(&self) {
+        self.mem.wmb();
+    }
+}
+
+/// Whether the device may use `[addr, addr + len)` for `access` as the
+/// table stands: the C driver's `iotlb_access_ok`, which each run checks
+/// for the ring parts before it touches them (`vq_meta_prefetch`), so that
+/// a run never stops halfway through publishing used entries.
+pub(crate) fn check_range<T: Translate + ?Sized>(space: &T, addr: u64, len: u64, access: Access) -> Result<(), TranslateError> {
+    space.for_each_piece(addr, len, access, |_: Segment| Ok::<(), TranslateError>(()))
 }

@@ -61,13 +61,9 @@ pub(crate) enum TranslateError {
     NotMapped,
     /// The device IOTLB has no mapping for `iova`, the first address left
     /// untranslated: the queue waits until userspace maps it.
-    // This and `Denied` are built by `iotlb.rs`, which only the host tests
-    // compile until the module serves the device IOTLB (issue 12).
-    #[allow(dead_code)]
     Miss { iova: u64, access: Access },
     /// The device IOTLB's mapping of `iova` does not allow `access` (a
     /// write into a read-only mapping).
-    #[allow(dead_code)]
     Denied { iova: u64, access: Access },
 }
 
@@ -219,4 +215,39 @@ pub(crate) fn guest_address(regions: &[Region], uaddr: u64, len: u64) -> Option<
         .iter()
         .find(|region| region.uaddr() <= uaddr && end <= region.uaddr() + region.size())
         .map(|region| region.gpa() + (uaddr - region.uaddr()))
+}
+
+/// Calls `f(gpa, len)` for every guest-physical range whose owner memory
+/// overlaps `[uaddr, uaddr + len)`: the reverse of the table, for the dirty
+/// log of writes the device addressed by I/O virtual address (the C
+/// driver's `log_write_hva`). Every alias of the owner range is given, as
+/// in C, since several guest ranges may be backed by the same memory.
+/// [`TranslateError::NotMapped`] if no region overlaps it at all.
+pub(crate) fn for_each_alias<E: From<TranslateError>>(
+    regions: &[Region],
+    uaddr: u64,
+    len: u64,
+    mut f: impl FnMut(u64, u64) -> Result<(), E>,
+) -> Result<(), E> {
+    if len == 0 {
+        return Ok(());
+    }
+    let last = uaddr.checked_add(len - 1).ok_or(TranslateError::NotMapped)?;
+    let mut hit = false;
+    for region in regions {
+        // `uaddr + size` does not overflow (type invariant).
+        let region_last = region.uaddr() + (region.size() - 1);
+        if region.uaddr() > last || region_last < uaddr {
+            continue;
+        }
+        let start = core::cmp::max(region.uaddr(), uaddr);
+        let end = core::cmp::min(region_last, last);
+        f(region.gpa() + (start - region.uaddr()), end - start + 1)?;
+        hit = true;
+    }
+    if hit {
+        Ok(())
+    } else {
+        Err(TranslateError::NotMapped.into())
+    }
 }

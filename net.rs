@@ -11,6 +11,8 @@
 //! queue.
 
 use crate::file_poll::{FilePoll, POLLIN, POLLOUT};
+use crate::iotlb::Translated;
+use crate::memory::Translate;
 use crate::tap_glue::{BatchSent, Batched, Received, RxBatch, SendError, TapSocket, TxBatch, UserIov};
 use crate::uaccess::OwnerMem;
 use crate::uapi::{feature, VirtioNetHdr};
@@ -72,8 +74,12 @@ impl Weight {
 /// buffers arrived meanwhile: the run goes on, but the retry is charged to
 /// its weight, so a guest flipping `avail->idx` cannot keep the worker
 /// looping. False: the run ends until the kick.
-fn ring_ran_dry<B: Backend>(active: &mut ActiveRing<'_, B>, weight: &mut Weight) -> Result<bool, VringError> {
-    let more = active.wait_for_kick()?;
+fn ring_ran_dry<B: Backend, M: GuestMemory>(
+    active: &mut ActiveRing<'_, B>,
+    mem: &M,
+    weight: &mut Weight,
+) -> Result<bool, VringError> {
+    let more = active.wait_for_kick(mem)?;
     if more {
         weight.packets += 1;
     }
@@ -252,9 +258,14 @@ fn tx_one(
     }
 }
 
-/// Guest to tap, one run. Returns true if it stopped because of the weight.
-fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
-    let mem = OwnerMem;
+/// Guest to tap, one run, over the ring memory `mem` with buffer addresses
+/// translated through `space`. Returns true if it stopped because of the
+/// weight.
+fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
+    active: &mut ActiveRing<'_, TxQueue>,
+    mem: &M,
+    space: &T,
+) -> Result<bool, VringError> {
     let hdr = HeaderLens::of(active);
     let mut weight = Weight::default();
     let mut pending = 0usize;
@@ -263,22 +274,22 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     // This run sends until the tap or the ring is exhausted: no wakeups
     // from either meanwhile (vhost_net_disable_vq, vhost_disable_notify).
     active.backend.space = None;
-    active.disable_notify()?;
+    active.disable_notify(mem)?;
     let result = loop {
         if weight.exceeded() {
             break Ok(true);
         }
-        let chain = match active.ring.pop(&mem, &active.mem[..], active.iov) {
+        let chain = match active.ring.pop(mem, space, active.iov) {
             Ok(Some(chain)) => chain,
             Ok(None) => {
                 // With a busy-loop timeout, watch the ring a while before
                 // sleeping: the guest, not asked to kick, may add more.
-                match active.busy_poll(|active| active.ring.has_avail(&mem)) {
+                match active.busy_poll(|active| active.ring.has_avail(mem)) {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(err) => break Err(err),
                 }
-                match ring_ran_dry(active, &mut weight) {
+                match ring_ran_dry(active, mem, &mut weight) {
                     Ok(true) => continue,
                     Ok(false) => break Ok(false),
                     Err(err) => break Err(err),
@@ -305,7 +316,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
         }
         if pending == MAX_BATCH {
             active.scratch.send_batch(&active.backend.sock, &mut tally);
-            if let Err(err) = active.publish(pending) {
+            if let Err(err) = active.publish(mem, pending) {
                 break Err(err);
             }
             pending = 0;
@@ -316,7 +327,7 @@ fn handle_tx(active: &mut ActiveRing<'_, TxQueue>) -> Result<bool, VringError> {
     // done. Data was copied out of the guest's buffers already, so the
     // order only keeps the guest's view simple: used means sent.
     active.scratch.send_batch(&active.backend.sock, &mut tally);
-    let published = active.publish(pending);
+    let published = active.publish(mem, pending);
     active.stats.add_run(tally.sent, tally.bytes, tally.drops);
     result.and_then(|more| published.map(|()| more))
 }
@@ -341,7 +352,11 @@ impl Backend for TxQueue {
     }
 
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
-        handle_tx(active)
+        let table = active.mem;
+        match active.iotlb {
+            None => handle_tx(active, &OwnerMem, &table[..]),
+            Some(iotlb) => handle_tx(active, &Translated::new(&OwnerMem, iotlb), iotlb),
+        }
     }
 }
 
@@ -397,14 +412,20 @@ enum Gather {
 /// buffers, up to `MAX_RX_HEADS` chains (and as many segments) with them.
 /// Their used elements go to `active.heads[first..]`. On error every chain
 /// taken is put back; so are they with [`Gather::Empty`].
-fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, mergeable: bool) -> Result<Gather, VringError> {
-    let mem = OwnerMem;
+fn gather_rx<M: GuestMemory, T: Translate + ?Sized>(
+    active: &mut ActiveRing<'_, RxQueue>,
+    mem: &M,
+    space: &T,
+    first: usize,
+    need: u64,
+    mergeable: bool,
+) -> Result<Gather, VringError> {
     let (mut heads, mut segs, mut got) = (0usize, 0usize, 0u64);
     while got < need {
         if heads == MAX_RX_HEADS || segs == active.iov.len() || (!mergeable && heads == 1) {
             return Ok(Gather::TooSmall { heads });
         }
-        let chain = match active.ring.pop(&mem, &active.mem[..], &mut active.iov[segs..]) {
+        let chain = match active.ring.pop(mem, space, &mut active.iov[segs..]) {
             Ok(Some(chain)) => chain,
             Ok(None) => {
                 active.ring.unpop(positions(&active.heads[first..first + heads]));
@@ -435,9 +456,14 @@ fn gather_rx(active: &mut ActiveRing<'_, RxQueue>, first: usize, need: u64, merg
     Ok(Gather::Ready { heads, segs })
 }
 
-/// Tap to guest, one run. Returns true if it stopped because of the weight.
-fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
-    let mem = OwnerMem;
+/// Tap to guest, one run, over the ring memory `mem` with buffer addresses
+/// translated through `space`. Returns true if it stopped because of the
+/// weight.
+fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
+    active: &mut ActiveRing<'_, RxQueue>,
+    mem: &M,
+    space: &T,
+) -> Result<bool, VringError> {
     let hdr = HeaderLens::of(active);
     let mergeable = active.has_feature(feature::VIRTIO_NET_F_MRG_RXBUF);
     // num_buffers is there with mergeable buffers or virtio 1.x, and must
@@ -447,7 +473,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
     let (mut delivered, mut bytes, mut drops) = (0u64, 0u64, 0u64);
     // No kicks while this run takes buffers; the ring running empty asks
     // for them again (vhost_disable_notify).
-    active.disable_notify()?;
+    active.disable_notify(mem)?;
     // Packets that arrive while this run drains the tap need no wakeup; the
     // tap is listened to again only once it is found empty. Runs that end
     // for lack of guest buffers leave it quiet: the guest's kick brings the
@@ -459,7 +485,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
     let mut pending = 0usize;
     let result = loop {
         if pending >= MAX_BATCH {
-            if let Err(err) = active.publish(pending) {
+            if let Err(err) = active.publish(mem, pending) {
                 break Err(err);
             }
             pending = 0;
@@ -482,7 +508,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
         };
         let sock_len = len + hdr.sock;
         let need = (sock_len + hdr.vhost) as u64;
-        let (heads, segs) = match gather_rx(active, pending, need, mergeable) {
+        let (heads, segs) = match gather_rx(active, mem, space, pending, need, mergeable) {
             Ok(Gather::Ready { heads, segs }) => (heads, segs),
             Ok(Gather::TooSmall { heads }) => {
                 // CVE-2014-0077: a packet larger than the guest's buffers
@@ -495,7 +521,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
                 continue;
             }
             // Without buffers the packet stays queued for the next run.
-            Ok(Gather::Empty) => match ring_ran_dry(active, &mut weight) {
+            Ok(Gather::Empty) => match ring_ran_dry(active, mem, &mut weight) {
                 Ok(true) => continue,
                 Ok(false) => break Ok(false),
                 Err(err) => break Err(err),
@@ -513,12 +539,14 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
             continue;
         }
         let num_buffers = heads as u16;
+        // The buffers' addresses were translated when their chains were
+        // taken: the header goes to the owner's memory directly.
         let written = if hdr.vhost > 0 {
             let header =
                 VirtioNetHdr { num_buffers: if set_num_buffers { num_buffers } else { 0 }, ..Default::default() };
-            write_iov(&mem, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
+            write_iov(&OwnerMem, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
         } else if set_num_buffers {
-            write_iov(&mem, &active.iov[..segs], VirtioNetHdr::NUM_BUFFERS_OFFSET as u64, &num_buffers.to_le_bytes())
+            write_iov(&OwnerMem, &active.iov[..segs], VirtioNetHdr::NUM_BUFFERS_OFFSET as u64, &num_buffers.to_le_bytes())
         } else {
             Ok(())
         };
@@ -536,7 +564,7 @@ fn handle_rx(active: &mut ActiveRing<'_, RxQueue>) -> Result<bool, VringError> {
         // The weight counts what the guest sees, the header included.
         weight.bytes += need;
     };
-    let published = active.publish(pending);
+    let published = active.publish(mem, pending);
     active.stats.add_run(delivered, bytes, drops);
     result.and_then(|more| published.map(|()| more))
 }
@@ -561,6 +589,10 @@ impl Backend for RxQueue {
     }
 
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
-        handle_rx(active)
+        let table = active.mem;
+        match active.iotlb {
+            None => handle_rx(active, &OwnerMem, &table[..]),
+            Some(iotlb) => handle_rx(active, &Translated::new(&OwnerMem, iotlb), iotlb),
+        }
     }
 }

@@ -158,6 +158,7 @@ pub(crate) mod feature {
     pub(crate) const VIRTIO_RING_F_EVENT_IDX: u32 = 29;
     pub(crate) const VHOST_NET_F_VIRTIO_NET_HDR: u32 = 27;
     pub(crate) const VIRTIO_F_VERSION_1: u32 = 32;
+    pub(crate) const VIRTIO_F_ACCESS_PLATFORM: u32 = 33;
     pub(crate) const VIRTIO_F_RING_PACKED: u32 = 34;
     pub(crate) const VIRTIO_F_IN_ORDER: u32 = 35;
     pub(crate) const VIRTIO_F_RING_RESET: u32 = 40;
@@ -170,9 +171,8 @@ pub(crate) const fn bit(n: u32) -> u64 {
 }
 
 /// The virtio features this driver really implements. Nothing is offered
-/// before its data path exists and is tested; in particular
-/// `ACCESS_PLATFORM` (IOTLB) is not offered. The packed ring is, though the
-/// C driver never had it.
+/// before its data path exists and is tested. The packed ring is, though
+/// the C driver never had it.
 pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     | bit(feature::VIRTIO_NET_F_MRG_RXBUF)
     | bit(feature::VIRTIO_RING_F_INDIRECT_DESC)
@@ -190,11 +190,25 @@ pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
     // the vring ioctls while the other runs, which every queue supports.
     | bit(feature::VIRTIO_F_RING_RESET)
     // Dirty-page logging for live migration (dirtylog.rs).
-    | bit(feature::VHOST_F_LOG_ALL);
+    | bit(feature::VHOST_F_LOG_ALL)
+    // Guests behind a virtual IOMMU: every address is translated through
+    // the device IOTLB (iotlb.rs, device_iotlb.rs).
+    | bit(feature::VIRTIO_F_ACCESS_PLATFORM);
 
-/// Backend features: none. `IOTLB_MSG_V2` only matters with an IOTLB, which
-/// needs `ACCESS_PLATFORM`, which is not offered.
-pub(crate) const NET_BACKEND_FEATURES: u64 = 0;
+/// Backend feature bit numbers (`VHOST_SET_BACKEND_FEATURES`).
+pub(crate) mod backend_feature {
+    /// Misses are read as `struct vhost_msg_v2`.
+    pub(crate) const VHOST_BACKEND_F_IOTLB_MSG_V2: u32 = 1;
+    /// `VHOST_IOTLB_BATCH_BEGIN`/`END` are taken.
+    pub(crate) const VHOST_BACKEND_F_IOTLB_BATCH: u32 = 2;
+}
+
+/// Backend features: the v2 message format, as the C driver offers, and
+/// batches of IOTLB updates, which it does not (QEMU's vhost-kernel backend
+/// acks only the first; a batch's updates take effect one by one anyway,
+/// and the queues they answer are woken once, at its end).
+pub(crate) const NET_BACKEND_FEATURES: u64 =
+    bit(backend_feature::VHOST_BACKEND_F_IOTLB_MSG_V2) | bit(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH);
 
 /// `struct virtio_net_hdr_mrg_rxbuf`, little-endian on the wire (virtio 1.x
 /// and, on x86, legacy guests too). The legacy header without mergeable

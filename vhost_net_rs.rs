@@ -12,52 +12,60 @@
 //! process), bound to a tap.
 //!
 //! Files, in dependency order: `uapi.rs` (ABI), `memory.rs` (memory
-//! table) and `vring.rs` (split ring), the `core`-only parsers of guest
-//! input; `uaccess.rs` (owner memory), `eventfd.rs`, `file_poll.rs`
-//! (polling another file's wait queue) and `worker.rs` (vhost_task
-//! workers); `virtqueue.rs` (a queue and its rules); `tap_glue.rs` (the tap
-//! socket); `net.rs` (RX and TX); `dropin.rs` (misc nodes registered by
-//! hand: `/dev/vhost-net`, and every node on 7.2); `compat.rs` (what differs
-//! between the Linux 7.2 and 7.3 kernel crates); this file (the device and
-//! its ioctls).
+//! table), `vring.rs` and `packed.rs` (split and packed rings), `ring.rs`
+//! (either), `dirtylog.rs` (the migration log) and `iotlb.rs` (the device
+//! IOTLB's table and messages), the `core`-only parsers of guest input;
+//! `uaccess.rs` (owner memory), `eventfd.rs`, `file_poll.rs` (polling
+//! another file's wait queue) and `worker.rs` (vhost_task workers);
+//! `device_iotlb.rs` (the IOTLB as a device serves it: per-queue tables,
+//! the miss channel); `virtqueue.rs` (a queue and its rules); `tap_glue.rs`
+//! (the tap socket); `net.rs` (RX and TX); `misc_node.rs` (the misc nodes,
+//! registered by hand to add `poll` and the drop-in minor); `compat.rs`
+//! (what differs between the Linux 7.2 and 7.3 kernel crates); this file
+//! (the device, its ioctls, and `read`/`write`/`poll` of IOTLB messages).
 //! `shim.rs` holds the one `extern "C"` block, for what bindgen does not
 //! reach; `vnr_shim.c` is its C side.
 //!
 //! `unsafe` lives in the FFI wrappers only: `shim.rs`, `uaccess.rs`,
-//! `eventfd.rs`, `file_poll.rs`, `worker.rs`, `tap_glue.rs`, `dropin.rs`
-//! and `compat.rs` (the 7.2 side of `synchronize_rcu` and of the misc
-//! file operations), plus the `unsafe impl FromBytes/AsBytes` of the ABI
+//! `eventfd.rs`, `file_poll.rs`, `worker.rs`, `tap_glue.rs`, `misc_node.rs`
+//! and `compat.rs` (the 7.2 side of `synchronize_rcu`), plus the `unsafe impl FromBytes/AsBytes` of the ABI
 //! structs in `uapi.rs`. The parsers, the queue rules, the data path and this file
 //! have none.
 //!
 //! # Lock order
 //!
-//! 1. `VhostNet::state`, the device's control-plane mutex, held for one ioctl.
+//! 1. `VhostNet::state`, the device's control-plane mutex, held for one
+//!    ioctl or one IOTLB message.
 //! 2. A queue's lock (`VirtQueue::lock`), also held by its worker while it
 //!    processes the ring.
+//! 3. The device IOTLB's miss channel (`MissChannel`), taken by a worker
+//!    to post a miss, and by `read()`, `poll()` and updates.
 //!
 //! Never the other way round; workers never take `state`, and no code
 //! holds two queue locks at once.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use kernel::{
-    fs::File,
+    fs::{File, Kiocb},
+    iov::{IovIterDest, IovIterSource},
     miscdevice::{MiscDevice, MiscDeviceRegistration},
     mm::Mm,
     new_mutex,
     prelude::*,
     seq_file::SeqFile,
     seq_print,
-    sync::{aref::ARef, Arc, Mutex},
+    sync::{aref::ARef, poll::PollTable, Arc, Mutex},
     uaccess::{UserPtr, UserSlice},
 };
 
 mod compat;
-mod dropin;
+mod device_iotlb;
 mod dirtylog;
 mod eventfd;
 mod file_poll;
+mod iotlb;
 mod memory;
+mod misc_node;
 mod packed;
 mod net;
 mod ring;
@@ -69,10 +77,11 @@ mod virtqueue;
 mod vring;
 mod worker;
 
-use compat::code::{enobufs, eopnotsupp};
+use compat::code::{ebadfd, enobufs, eopnotsupp};
+use device_iotlb::{MessageError, MissChannel, ReadOutcome};
 use dirtylog::DirtyLog;
-use dropin::{MiscNode, VHOST_NET_MINOR};
 use eventfd::EventFd;
+use misc_node::{MiscNode, PollableDevice, VHOST_NET_MINOR};
 use memory::{MemError, Region};
 use net::{RxQueue, TxQueue};
 use uapi::*;
@@ -88,7 +97,7 @@ module! {
     license: "GPL",
     // Those of the C vhost_net, so that opening /dev/vhost-net loads this
     // module too where it is installed; only with drop_in=1 does it take
-    // the node (see dropin.rs).
+    // the node (see misc_node.rs).
     alias: ["devname:vhost-net", "char-major-10-238"],
     params: {
         drop_in: u32 {
@@ -100,7 +109,22 @@ module! {
             default: 64,
             description: "Maximum number of memory regions in VHOST_SET_MEM_TABLE (1..=509, clamped)",
         },
+        max_iotlb_entries: u32 {
+            default: 2048,
+            description: "Maximum number of device IOTLB entries per queue (1..=32768, clamped); when full, \
+                          an update retires the oldest",
+        },
     },
+}
+
+/// The upper bound of `max_iotlb_entries`: 32768 mappings of 48 bytes,
+/// 1.5 MiB per queue, allocated when a guest acks `ACCESS_PLATFORM`.
+const IOTLB_ENTRIES_HARD_MAX: u32 = 32768;
+
+/// `max_iotlb_entries`, clamped to `1..=32768`.
+fn max_iotlb_entries() -> usize {
+    let wanted: u32 = compat::param(module_parameters::max_iotlb_entries.value());
+    wanted.clamp(1, IOTLB_ENTRIES_HARD_MAX) as usize
 }
 
 /// The upper bound of `max_mem_regions`: QEMU's largest memory-slot count
@@ -125,7 +149,7 @@ fn max_regions() -> usize {
 #[pin_data]
 struct VhostNetModule {
     #[pin]
-    _miscdev: compat::MiscRegistration<VhostNet>,
+    _miscdev: MiscNode<VhostNet>,
     /// `/dev/vhost-net`, with `drop_in=1`.
     _dropin: Option<Pin<KBox<MiscNode<VhostNet>>>>,
 }
@@ -166,13 +190,17 @@ impl kernel::InPlaceModule for VhostNetModule {
         if wanted == 0 || wanted > MEM_REGIONS_HARD_MAX {
             pr_warn!("max_mem_regions={} out of range, using {}\n", wanted, max_regions());
         }
+        let entries: u32 = compat::param(module_parameters::max_iotlb_entries.value());
+        if entries == 0 || entries > IOTLB_ENTRIES_HARD_MAX {
+            pr_warn!("max_iotlb_entries={} out of range, using {}\n", entries, max_iotlb_entries());
+        }
         // The drop-in node first: it is the one that fails in practice
         // (EBUSY while C holds the minor), and nothing may fail after a
         // node is registered, or a file opened in between would outlive
         // the failed load.
         try_pin_init!(Self {
             _dropin: dropin_node()?,
-            _miscdev <- compat::register_misc(c"vhost-net-rs"),
+            _miscdev <- MiscNode::register(c"vhost-net-rs", kernel::bindings::MISC_DYNAMIC_MINOR),
         })
     }
 }
@@ -269,6 +297,8 @@ struct VhostNet {
     state: Mutex<DevState>,
     rx: Arc<VirtQueue<RxQueue>>,
     tx: Arc<VirtQueue<TxQueue>>,
+    /// The queues' device IOTLB misses, on their way to `read()`.
+    channel: Arc<MissChannel>,
 }
 
 /// Reads a `T` from the ioctl argument.
@@ -377,6 +407,9 @@ impl VhostNet {
         st.workers = None;
         self.rx.lock().reset();
         self.tx.lock().reset();
+        // The IOTLB went with the queues: its misses go, and a blocked
+        // reader learns it (as C's vhost_dev_cleanup wakes it).
+        self.channel.set_enabled(false);
         // Like the C driver (vhost_dev_reset_owner), the worker kind goes
         // back to its default too.
         *st = DevState::new(VHOST_FORK_OWNER_TASK);
@@ -428,11 +461,19 @@ impl VhostNet {
     /// As in the C driver, this needs no owner and reads no guest memory.
     /// `VHOST_F_LOG_ALL` needs every attached queue's log to have room for
     /// the memory table (`-EFAULT`), and the ring format (`RING_PACKED`)
-    /// changes only on queues without a backend (`-EBUSY`).
+    /// changes only on queues without a backend (`-EBUSY`), as does the
+    /// address space (`ACCESS_PLATFORM`).
+    ///
+    /// With `ACCESS_PLATFORM`, each queue gets a new, empty device IOTLB,
+    /// as C's `vhost_init_device_iotlb` gives the device one; QEMU sets
+    /// the features again when migration starts, and refills the table on
+    /// the misses that follow. The queues are woken so that a running one
+    /// posts its misses at once, rather than at the guest's next kick.
     fn set_features(&self, features: u64) -> Result<isize> {
         if features & !NET_FEATURES != 0 {
             return Err(eopnotsupp());
         }
+        let platform = features & bit(feature::VIRTIO_F_ACCESS_PLATFORM) != 0;
         let mut st = self.state.lock();
         if features & bit(feature::VHOST_F_LOG_ALL) != 0 && !(self.rx.lock().can_log_all() && self.tx.lock().can_log_all()) {
             return Err(EFAULT);
@@ -440,9 +481,19 @@ impl VhostNet {
         if !(self.rx.lock().can_set_features(features) && self.tx.lock().can_set_features(features)) {
             return Err(EBUSY);
         }
+        let (rx_table, tx_table) = if platform {
+            (Some(device_iotlb::new_table(max_iotlb_entries())?), Some(device_iotlb::new_table(max_iotlb_entries())?))
+        } else {
+            (None, None)
+        };
         st.features = features;
-        self.rx.lock().set_features(features);
-        self.tx.lock().set_features(features);
+        self.rx.lock().set_features(features, rx_table);
+        self.tx.lock().set_features(features, tx_table);
+        self.channel.set_enabled(platform);
+        if platform {
+            self.rx.wake();
+            self.tx.wake();
+        }
         Ok(0)
     }
 
@@ -477,12 +528,61 @@ impl VhostNet {
         self.set_features(words[0])
     }
 
+    /// `VHOST_SET_BACKEND_FEATURES`: as in C, no owner needed. The v2
+    /// format applies to the misses posted from now on.
     fn set_backend_features(&self, features: u64) -> Result<isize> {
         if features & !NET_BACKEND_FEATURES != 0 {
             return Err(eopnotsupp());
         }
-        self.state.lock().backend_features = features;
+        let format = if features & bit(backend_feature::VHOST_BACKEND_F_IOTLB_MSG_V2) != 0 {
+            iotlb::FORMAT_V2
+        } else {
+            iotlb::FORMAT_V1
+        };
+        let mut st = self.state.lock();
+        st.backend_features = features;
+        self.rx.lock().set_iotlb_format(format);
+        self.tx.lock().set_iotlb_format(format);
         Ok(0)
+    }
+
+    /// Wakes the queues named in `mask` (bit `q` for queue `q`).
+    fn wake_queues(&self, mask: u64) {
+        if mask & (1 << RX_INDEX) != 0 {
+            self.rx.wake();
+        }
+        if mask & (1 << TX_INDEX) != 0 {
+            self.tx.wake();
+        }
+    }
+
+    /// One message written to the device (`vhost_process_iotlb_msg`),
+    /// applied to each queue's copy of the IOTLB under that queue's lock,
+    /// so that it is in effect for every run once this returns (see
+    /// `device_iotlb.rs`).
+    fn iotlb_message(&self, message: &iotlb::Message) -> Result<(), MessageError> {
+        let st = self.state.lock();
+        let batches = st.backend_features & bit(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH) != 0;
+        match message.kind {
+            iotlb::MSG_UPDATE => {
+                // Both copies have taken every message so far, so they
+                // take or refuse this one alike.
+                self.rx.lock().iotlb_update(message.iova, message.size, message.uaddr, message.perm)?;
+                self.tx.lock().iotlb_update(message.iova, message.size, message.uaddr, message.perm)?;
+                self.wake_queues(self.channel.answer(message.iova, message.size));
+            }
+            iotlb::MSG_INVALIDATE => {
+                if message.size == 0 {
+                    return Err(MessageError::EmptyInvalidate);
+                }
+                self.rx.lock().iotlb_invalidate(message.iova, message.size)?;
+                self.tx.lock().iotlb_invalidate(message.iova, message.size)?;
+            }
+            iotlb::MSG_BATCH_BEGIN if batches => self.channel.begin_batch(),
+            iotlb::MSG_BATCH_END if batches => self.wake_queues(self.channel.end_batch()),
+            other => return Err(MessageError::Unsupported(other)),
+        }
+        Ok(())
     }
 
     /// `VHOST_SET_LOG_BASE`: the dirty bitmap's address in the owner's
@@ -622,13 +722,15 @@ impl MiscDevice for VhostNet {
     type Ptr = Pin<KBox<Self>>;
 
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
-        let rx = VirtQueue::new(RX_INDEX)?;
-        let tx = VirtQueue::new(TX_INDEX)?;
+        let channel = MissChannel::new()?;
+        let rx = VirtQueue::new(RX_INDEX, channel.clone())?;
+        let tx = VirtQueue::new(TX_INDEX, channel.clone())?;
         KBox::try_pin_init(
             try_pin_init!(VhostNet {
                 state <- new_mutex!(DevState::new(VHOST_FORK_OWNER_TASK)),
                 rx,
                 tx,
+                channel,
             }),
             GFP_KERNEL,
         )
@@ -669,6 +771,50 @@ impl MiscDevice for VhostNet {
         }
     }
 
+    /// `read()`: one device IOTLB miss, as `struct vhost_msg` or
+    /// `vhost_msg_v2` (72 bytes), with the C driver's results: 0 for a
+    /// buffer too short for one, `-EAGAIN` for none with `O_NONBLOCK`,
+    /// `-EBADFD` for none without an IOTLB; otherwise it waits.
+    fn read_iter(kiocb: Kiocb<'_, Self::Ptr>, iov: &mut IovIterDest<'_>) -> Result<usize> {
+        let me = kiocb.file();
+        if iov.len() < iotlb::MSG_LEN {
+            return Ok(0);
+        }
+        match me.channel.read(misc_node::nonblocking(&kiocb))? {
+            ReadOutcome::WouldBlock => Err(EAGAIN),
+            ReadOutcome::NoIotlb => Err(ebadfd()),
+            ReadOutcome::Miss(queue, miss) => {
+                let bytes = iotlb::encode_miss(miss.format, miss.iova, miss.access);
+                let copied = iov.copy_to_iter(&bytes);
+                if copied != bytes.len() {
+                    // As in C, a message that did not get out is dropped:
+                    // the queue posts again when it runs.
+                    me.channel.drop_read(queue);
+                }
+                Ok(copied)
+            }
+        }
+    }
+
+    /// `write()`: one device IOTLB message (`vhost_chr_write_iter`). A
+    /// malformed frame is `-EINVAL`, a message the device refuses
+    /// `-EFAULT`; one taken returns the message's size, 72, however many
+    /// bytes were written.
+    fn write_iter(kiocb: Kiocb<'_, Self::Ptr>, iov: &mut IovIterSource<'_>) -> Result<usize> {
+        let me = kiocb.file();
+        let mut bytes = [0u8; iotlb::MIN_WRITE];
+        let copied = iov.copy_from_iter(&mut bytes);
+        let message = iotlb::parse_write(&bytes[..copied]).map_err(|err| {
+            pr_debug!("vhost-net-rs: IOTLB write refused: {:?}\n", err);
+            EINVAL
+        })?;
+        me.iotlb_message(&message).map_err(|err| {
+            pr_debug!("vhost-net-rs: IOTLB message type {} refused: {:?}\n", message.kind, err);
+            EFAULT
+        })?;
+        Ok(iotlb::MSG_LEN)
+    }
+
     fn show_fdinfo(me: Pin<&VhostNet>, m: &SeqFile, _file: &File) {
         let st = me.state.lock();
         seq_print!(
@@ -680,5 +826,17 @@ impl MiscDevice for VhostNet {
         );
         me.rx.lock().show(m);
         me.tx.lock().show(m);
+    }
+}
+
+impl PollableDevice for VhostNet {
+    /// `EPOLLIN` while a device IOTLB miss waits to be read; never
+    /// `EPOLLOUT`, as in C (a write never waits).
+    fn poll(me: Pin<&VhostNet>, file: &File, table: &PollTable<'_>) -> u32 {
+        if me.channel.poll(file, table) {
+            file_poll::POLLIN | file_poll::POLLRDNORM
+        } else {
+            0
+        }
     }
 }

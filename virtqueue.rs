@@ -20,17 +20,32 @@
 //! (or `SET_VRING_BASE`, which needs the backend detached) lets it run
 //! again. `SET_MEM_TABLE` and `SET_FEATURES` never restart a stopped ring.
 //!
+//! # The device IOTLB
+//!
+//! With `VIRTIO_F_ACCESS_PLATFORM` acked, the queue holds its copy of the
+//! device IOTLB (see `device_iotlb.rs`), and every address it is given, the
+//! ring's own included, is an I/O virtual address translated through it. A
+//! run first checks that the ring's parts are mapped (C's
+//! `vq_meta_prefetch`); a miss, there or in a buffer, ends the run with
+//! nothing consumed and posts the miss for userspace, and the update that
+//! answers it wakes the worker. A miss is not the guest's fault: the queue
+//! keeps running. A mapping that refuses the device's access is, and stops
+//! it like any malformed ring.
+//!
 //! # Lock order
 //!
-//! `VhostNet::state` (the device) before `VirtQueue::state` (this queue).
-//! The worker takes only its queue's lock. Wait-queue callbacks take no
+//! `VhostNet::state` (the device) before `VirtQueue::state` (this queue),
+//! before the device's `MissChannel`. The worker takes only its queue's
+//! lock, and the channel's to post a miss. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
 use crate::compat::code::eopnotsupp;
+use crate::device_iotlb::{MessageError, MissChannel, QueueIotlb};
 use crate::dirtylog::{DirtyLog, LogError, WriteLog};
 use crate::eventfd::EventFd;
 use crate::file_poll::{FilePoll, PollableFile, POLLIN};
-use crate::memory::{self, Region};
+use crate::iotlb::{self, Miss, Translated};
+use crate::memory::{self, Access, Region, Translate, TranslateError};
 use crate::packed::{self, PackedRing};
 use crate::ring::{Ring, RingBase};
 use crate::uaccess::{user_limit, OwnerBitmap, OwnerMem};
@@ -100,6 +115,8 @@ pub(crate) struct Stats {
     pub(crate) calls: u64,
     pub(crate) errors: u64,
     pub(crate) drops: u64,
+    /// Device IOTLB misses posted for userspace.
+    pub(crate) iotlb_misses: u64,
 }
 
 impl Stats {
@@ -171,6 +188,13 @@ pub(crate) struct VqState<B: Backend> {
     /// The used ring's guest-physical address for the log, if
     /// `VHOST_VRING_F_LOG` was set (`log_guest_addr`).
     used_log: Option<u64>,
+    /// The device IOTLB, while `VIRTIO_F_ACCESS_PLATFORM` is acked.
+    iotlb: Option<QueueIotlb>,
+    /// The message format of this queue's misses: `VHOST_IOTLB_MSG_V2`
+    /// once `VHOST_BACKEND_F_IOTLB_MSG_V2` is acked.
+    iotlb_format: u32,
+    /// Where misses go, shared with the device.
+    channel: Arc<MissChannel>,
     /// Scratch space of the data path, allocated once so that no packet
     /// allocates.
     iov: KVec<Iov>,
@@ -188,6 +212,9 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
     pub(crate) heads: &'a mut [UsedElem],
     pub(crate) stats: &'a mut Stats,
     pub(crate) features: u64,
+    /// The device IOTLB that the ring's and the buffers' addresses go
+    /// through, or `None` for the memory table.
+    pub(crate) iotlb: Option<&'a QueueIotlb>,
     pub(crate) waker: &'a Arc<Waker>,
     call: Option<&'a EventFd>,
     busyloop_timeout: u32,
@@ -201,6 +228,10 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
 /// marks its pages here, then has userspace told with [`RunLog::flush`].
 pub(crate) struct RunLog<'a> {
     log: DirtyLog,
+    /// With the device IOTLB, the addresses given to [`WriteLog::mark`]
+    /// are I/O virtual: they are translated to the owner's, then to every
+    /// guest-physical range backed by that memory (C's `log_write_hva`).
+    iova: Option<(&'a QueueIotlb, &'a [Region])>,
     eventfd: Option<&'a EventFd>,
     /// `VHOST_F_LOG_ALL`: the data the device writes is logged (the used
     /// ring's writes follow `VHOST_VRING_F_LOG`, inside [`Ring`]).
@@ -210,16 +241,28 @@ pub(crate) struct RunLog<'a> {
 }
 
 impl WriteLog for RunLog<'_> {
-    fn mark(&self, gpa: u64, len: u64) -> Result<(), LogError> {
-        self.log.mark(&OwnerBitmap, gpa, len)?;
+    fn mark(&self, addr: u64, len: u64) -> Result<(), LogError> {
+        match self.iova {
+            None => self.log.mark(&OwnerBitmap, addr, len)?,
+            Some((iotlb, regions)) => iotlb.for_each_piece(addr, len, Access::Write, |piece| {
+                memory::for_each_alias(regions, piece.uaddr, piece.len, |gpa, n| {
+                    self.log.mark(&OwnerBitmap, gpa, n)
+                })
+            })?,
+        }
         self.marked.set(true);
         Ok(())
     }
 }
 
 impl<'a> RunLog<'a> {
-    fn new(log: DirtyLog, eventfd: Option<&'a EventFd>, features: u64) -> Self {
-        Self { log, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
+    fn new(
+        log: DirtyLog,
+        eventfd: Option<&'a EventFd>,
+        features: u64,
+        iova: Option<(&'a QueueIotlb, &'a [Region])>,
+    ) -> Self {
+        Self { log, iova, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
     }
 
     /// Tells userspace that the log has new bits, once per batch of
@@ -236,14 +279,15 @@ impl<'a> RunLog<'a> {
 
 impl<B: Backend> ActiveRing<'_, B> {
     /// Publishes `heads[..count]` and signals the guest if it wants to be.
-    pub(crate) fn publish(&mut self, count: usize) -> Result<(), VringError> {
+    /// `mem` is the ring's memory: the owner's, or with the device IOTLB
+    /// the owner's seen through it.
+    pub(crate) fn publish<M: GuestMemory>(&mut self, mem: &M, count: usize) -> Result<(), VringError> {
         if count == 0 {
             return Ok(());
         }
-        let mem = OwnerMem;
-        self.ring.add_used(&mem, &self.log, &self.heads[..count])?;
+        self.ring.add_used(mem, &self.log, &self.heads[..count])?;
         self.log.flush();
-        if self.ring.should_notify(&mem)? {
+        if self.ring.should_notify(mem)? {
             if let Some(call) = self.call {
                 call.signal();
                 self.stats.calls += 1;
@@ -255,11 +299,10 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// The ring is empty: asks the guest to kick again. Returns true if
     /// buffers arrived meanwhile; notifications are then off again and the
     /// caller goes on (charging the retry to its weight).
-    pub(crate) fn wait_for_kick(&mut self) -> Result<bool, VringError> {
-        let mem = OwnerMem;
-        let more = self.ring.enable_notify(&mem, &self.log)?;
+    pub(crate) fn wait_for_kick<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+        let more = self.ring.enable_notify(mem, &self.log)?;
         if more {
-            self.ring.disable_notify(&mem, &self.log)?;
+            self.ring.disable_notify(mem, &self.log)?;
         }
         self.log.flush();
         Ok(more)
@@ -292,8 +335,8 @@ impl<B: Backend> ActiveRing<'_, B> {
 
     /// Asks the guest not to kick while this run polls the ring
     /// (`vhost_disable_notify`).
-    pub(crate) fn disable_notify(&mut self) -> Result<(), VringError> {
-        self.ring.disable_notify(&OwnerMem, &self.log)?;
+    pub(crate) fn disable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<(), VringError> {
+        self.ring.disable_notify(mem, &self.log)?;
         self.log.flush();
         Ok(())
     }
@@ -337,7 +380,7 @@ fn ring_features(features: u64) -> RingFeatures {
 }
 
 impl<B: Backend> VqState<B> {
-    fn new(index: u32, waker: Arc<Waker>, nheads: usize) -> Result<Self> {
+    fn new(index: u32, waker: Arc<Waker>, nheads: usize, channel: Arc<MissChannel>) -> Result<Self> {
         let mut iov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
         iov.resize(MAX_SEGMENTS, Iov::default(), GFP_KERNEL)?;
         let mut heads = KVec::with_capacity(nheads, GFP_KERNEL)?;
@@ -363,6 +406,9 @@ impl<B: Backend> VqState<B> {
             log: DirtyLog::default(),
             log_eventfd: None,
             used_log: None,
+            iotlb: None,
+            iotlb_format: iotlb::FORMAT_V1,
+            channel,
             iov,
             heads,
             scratch: B::new_scratch()?,
@@ -399,7 +445,7 @@ impl<B: Backend> VqState<B> {
         }
         let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
         let used_log = (addr.flags & VHOST_VRING_F_LOG_MASK != 0).then_some(addr.log_guest_addr);
-        if self.backend.is_some() && (!new.in_user_space(self.num, self.packed()) || !self.log_covers_used(self.log, used_log)) {
+        if self.backend.is_some() && (!self.addr_ok(&new) || !self.log_covers_used(self.log, used_log)) {
             return Err(EINVAL);
         }
         self.stop();
@@ -475,7 +521,12 @@ impl<B: Backend> VqState<B> {
     /// backend, makes the old position meaningless: the queue resumes from
     /// the new format's first position (userspace sets the base next, as
     /// QEMU does after `SET_FEATURES`).
-    pub(crate) fn set_features(&mut self, features: u64) {
+    ///
+    /// `iotlb` is the queue's new device IOTLB (empty), given exactly when
+    /// `features` has `VIRTIO_F_ACCESS_PLATFORM`: as in C, every such call
+    /// starts from an empty table.
+    pub(crate) fn set_features(&mut self, features: u64, iotlb: Option<QueueIotlb>) {
+        self.iotlb = iotlb;
         let old = ring_features(self.features);
         let format_changed = self.format_changes(features);
         self.features = features;
@@ -559,7 +610,7 @@ impl<B: Backend> VqState<B> {
     pub(crate) fn check_access(&self) -> Result {
         // Addresses that were set must lie in user space (`vq_access_ok`;
         // with a backend attached, SET_VRING_ADDR refused any other).
-        if self.addr.is_some_and(|addr| !addr.in_user_space(self.num, self.packed())) || !self.log_covers(self.log) {
+        if self.addr.is_some_and(|addr| !self.addr_ok(&addr)) || !self.log_covers(self.log) {
             return Err(EFAULT);
         }
         Ok(())
@@ -569,7 +620,12 @@ impl<B: Backend> VqState<B> {
     /// (C's `vq_log_used_access_ok`): the ring's size with `avail_event`
     /// only under event-idx (`vhost_get_used_size`), or a packed ring's
     /// device event area.
+    /// With the device IOTLB the used ring is logged through its I/O
+    /// virtual address, which has no log room to check (nor does C).
     fn log_covers_used(&self, log: DirtyLog, used_log: Option<u64>) -> bool {
+        if self.iotlb.is_some() {
+            return true;
+        }
         let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
         let size = if self.packed() { PackedRing::sizes(self.num).2 } else { Vring::sizes(self.num, event_idx).2 };
         match used_log {
@@ -587,12 +643,47 @@ impl<B: Backend> VqState<B> {
         (self.features ^ features) & bit(feature::VIRTIO_F_RING_PACKED) != 0
     }
 
-    /// Whether `SET_FEATURES` may set `features`: the ring format changes
-    /// only while no backend is attached (`EBUSY` otherwise), since the
-    /// ring's addresses, size and log room were checked for the old one.
-    /// QEMU acks the features before it attaches a backend.
+    /// Whether the ring's addresses would change meaning: I/O virtual with
+    /// `VIRTIO_F_ACCESS_PLATFORM`, the owner's without.
+    fn address_space_changes(&self, features: u64) -> bool {
+        (self.features ^ features) & bit(feature::VIRTIO_F_ACCESS_PLATFORM) != 0
+    }
+
+    /// Whether `SET_FEATURES` may set `features`: the ring format and the
+    /// address space change only while no backend is attached (`EBUSY`
+    /// otherwise), since the ring's addresses, size and log room were
+    /// checked for the old ones. QEMU acks the features before it attaches
+    /// a backend.
     pub(crate) fn can_set_features(&self, features: u64) -> bool {
-        self.backend.is_none() || !self.format_changes(features)
+        self.backend.is_none() || !(self.format_changes(features) || self.address_space_changes(features))
+    }
+
+    /// Whether the ring's addresses can be used (`vq_access_ok`): inside
+    /// the user address space, unless they are I/O virtual addresses,
+    /// which the device IOTLB checks at each access.
+    fn addr_ok(&self, addr: &RingAddr) -> bool {
+        self.iotlb.is_some() || addr.in_user_space(self.num, self.packed())
+    }
+
+    /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.
+    pub(crate) fn set_iotlb_format(&mut self, format: u32) {
+        self.iotlb_format = format;
+    }
+
+    /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table. `EFAULT`
+    /// without a table, as in C.
+    pub(crate) fn iotlb_update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), MessageError> {
+        let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
+        iotlb.update(iova, size, uaddr, perm, user_limit()).map_err(MessageError::Update)
+    }
+
+    /// `VHOST_IOTLB_INVALIDATE` on this queue's copy. Holding the queue's
+    /// lock here means no run of the worker is in progress: the next one
+    /// translates through the table as it is now.
+    pub(crate) fn iotlb_invalidate(&mut self, iova: u64, size: u64) -> Result<(), MessageError> {
+        let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
+        iotlb.invalidate(iova, size);
+        Ok(())
     }
 
     /// Whether the queue can run with `log` (C's `vq_log_access_ok`): it
@@ -647,12 +738,23 @@ impl<B: Backend> VqState<B> {
     /// write is logged), and a split ring continues from the guest's used
     /// index, which it returns (a packed ring's used position is in its
     /// base). `-EFAULT` otherwise.
+    ///
+    /// With the device IOTLB the ring's addresses are translated: userspace
+    /// maps the used ring first (QEMU does), and the driver's part is not
+    /// probed, as C does not (QEMU maps only the used ring ahead).
     fn init_access(&self, addr: &RingAddr) -> Result<u16> {
-        let packed = self.packed();
-        if !addr.in_user_space(self.num, packed) {
+        if !self.addr_ok(addr) {
             return Err(EFAULT);
         }
-        let mem = OwnerMem;
+        match &self.iotlb {
+            None => self.init_access_in(&OwnerMem, addr, true),
+            Some(iotlb) => self.init_access_in(&Translated::new(&OwnerMem, iotlb), addr, false),
+        }
+    }
+
+    /// [`VqState::init_access`] through the ring memory `mem`.
+    fn init_access_in<M: GuestMemory>(&self, mem: &M, addr: &RingAddr, probe_driver: bool) -> Result<u16> {
+        let packed = self.packed();
         // The device's flags are reset; a field of the driver's part is
         // read to check it is reachable.
         let (device_flags, driver_probe) = if packed {
@@ -661,20 +763,33 @@ impl<B: Backend> VqState<B> {
             (Vring::used_flags_addr_of(addr.used), Vring::avail_idx_addr_of(addr.avail))
         };
         mem.write_u16(device_flags, 0).map_err(|_| EFAULT)?;
-        if let Some(used_gpa) = self.used_log {
+        if let Some(used_log) = self.used_log_of(addr) {
             let log = self.run_log();
             mem.wmb();
             // As on the data path, a log the owner unmapped does not fail
             // the attach.
             let _unwritable: Result<(), LogError> =
-                log.mark(used_gpa.saturating_add(device_flags - addr.used), 2);
+                log.mark(used_log.saturating_add(device_flags - addr.used), 2);
             log.flush();
         }
-        mem.read_u16(driver_probe).map_err(|_| EFAULT)?;
+        if probe_driver {
+            mem.read_u16(driver_probe).map_err(|_| EFAULT)?;
+        }
         if packed {
             return Ok(self.used_idx);
         }
         mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
+    }
+
+    /// Where the used ring's writes are logged, if `VHOST_VRING_F_LOG` asks
+    /// for it: at `log_guest_addr`, or with the device IOTLB at the used
+    /// ring's own I/O virtual address, which the log translates (C ignores
+    /// `log_guest_addr` then too).
+    fn used_log_of(&self, addr: &RingAddr) -> Option<u64> {
+        match self.iotlb {
+            None => self.used_log,
+            Some(_) => self.used_log.map(|_| addr.used),
+        }
     }
 
     /// Detaches the backend and stops the ring: the first step of taking
@@ -687,6 +802,8 @@ impl<B: Backend> VqState<B> {
 
     /// The state of a freshly opened queue (`RESET_OWNER`, `close`).
     pub(crate) fn reset(&mut self) {
+        self.iotlb = None;
+        self.iotlb_format = iotlb::FORMAT_V1;
         self.stop();
         self.kick = None;
         self.backend = None;
@@ -713,10 +830,14 @@ impl<B: Backend> VqState<B> {
             return;
         }
         let (Some(addr), Some(mem)) = (self.addr, self.mem.as_deref()) else { return };
-        let layout =
-            RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log: self.used_log };
+        let used_log = self.used_log_of(&addr);
+        let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log };
         let features = ring_features(self.features);
-        let ring = if self.packed() {
+        let ring = if self.packed() && self.iotlb.is_some() {
+            // With the device IOTLB the descriptor ring is logged through
+            // its I/O virtual address, like the used ring of a split ring.
+            PackedRing::resume(layout, Some(addr.desc), self.base, features).map(Ring::Packed)
+        } else if self.packed() {
             // A packed ring's used entries go into the descriptor ring, which
             // userspace gave by owner address only: its guest address for
             // the log comes from the memory table, and the log must have
@@ -773,16 +894,26 @@ impl<B: Backend> VqState<B> {
             heads: &mut self.heads,
             stats: &mut self.stats,
             features: self.features,
+            iotlb: self.iotlb.as_ref(),
             waker: &self.waker,
             call: self.call.as_ref(),
             busyloop_timeout: self.busyloop_timeout,
-            log: RunLog::new(self.log, self.log_eventfd.as_deref(), self.features),
+            log: RunLog::new(
+                self.log,
+                self.log_eventfd.as_deref(),
+                self.features,
+                self.iotlb.as_ref().map(|iotlb| (iotlb, &mem[..])),
+            ),
         })
     }
 
     /// The log as a run of the data path would see it.
     fn run_log(&self) -> RunLog<'_> {
-        RunLog::new(self.log, self.log_eventfd.as_deref(), self.features)
+        let iova = match (&self.iotlb, self.mem.as_deref()) {
+            (Some(iotlb), Some(mem)) => Some((iotlb, &mem[..])),
+            _ => None,
+        };
+        RunLog::new(self.log, self.log_eventfd.as_deref(), self.features, iova)
     }
 
     /// Reports an error of the data path: error eventfd, counter, one debug
@@ -809,7 +940,8 @@ impl<B: Backend> VqState<B> {
         seq_print!(
             m,
             "vq{}:\tnum={} last_avail_idx={} running={} broken={} backend={} \
-             packets={} bytes={} wakeups={} calls={} errors={} drops={} dirty_log={} ring={}\n",
+             packets={} bytes={} wakeups={} calls={} errors={} drops={} dirty_log={} ring={} \
+             iotlb={} iotlb_entries={} iotlb_misses={}\n",
             self.index,
             self.num,
             // A packed ring's avail position: index and wrap counter (bit 15).
@@ -836,7 +968,10 @@ impl<B: Backend> VqState<B> {
                 (false, true) => "used",
                 (true, true) => "data+used",
             },
-            if self.packed() { "packed" } else { "split" }
+            if self.packed() { "packed" } else { "split" },
+            u8::from(self.iotlb.is_some()),
+            self.iotlb.as_ref().map_or(0, |iotlb| iotlb.len()),
+            stats.iotlb_misses
         );
     }
 }
@@ -854,29 +989,74 @@ pub(crate) struct VirtQueue<B: Backend> {
 }
 
 impl<B: Backend> VirtQueue<B> {
-    /// Queue `index` of a device.
-    pub(crate) fn new(index: u32) -> Result<Arc<Self>> {
+    /// Queue `index` of a device, posting its device IOTLB misses to
+    /// `channel`.
+    pub(crate) fn new(index: u32, channel: Arc<MissChannel>) -> Result<Arc<Self>> {
         let waker = Waker::new()?;
-        let state = VqState::new(index, waker.clone(), B::HEADS)?;
+        let state = VqState::new(index, waker.clone(), B::HEADS, channel)?;
         Arc::pin_init(pin_init!(VirtQueue { waker, state <- new_mutex!(state) }), GFP_KERNEL)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, VqState<B>> {
         self.state.lock()
     }
+
+    /// Has the worker run the queue (an update answered its miss).
+    pub(crate) fn wake(&self) {
+        self.waker.wake();
+    }
 }
 
 impl<B: Backend> VqState<B> {
     /// One run of the data path, if the ring runs.
     fn service(&mut self) -> bool {
+        if let Err(err) = self.check_ring_mapped() {
+            self.stopped_by(err);
+            return false;
+        }
         let Some(mut active) = self.active() else { return false };
         match B::run(&mut active) {
             Ok(more) => more,
             Err(err) => {
-                self.fail(err);
+                self.stopped_by(err);
                 false
             }
         }
+    }
+
+    /// A run ended on `err`: a device IOTLB miss is posted for userspace,
+    /// anything else is a failure ([`VqState::fail`]).
+    fn stopped_by(&mut self, err: VringError) {
+        if err != VringError::IotlbMiss {
+            self.fail(err);
+            return;
+        }
+        let fault = self.iotlb.as_ref().and_then(|iotlb| iotlb.last_fault());
+        if let Some(TranslateError::Miss { iova, access }) = fault {
+            let miss = Miss { iova, access, format: self.iotlb_format };
+            if self.channel.post(self.index as usize, miss) {
+                self.stats.iotlb_misses += 1;
+            }
+        }
+    }
+
+    /// With the device IOTLB, whether the running ring's parts are mapped
+    /// for what the device does with them, before a run touches them (C's
+    /// `vq_meta_prefetch`): the run then cannot stop halfway through
+    /// publishing used entries for a miss. The descriptors of a packed
+    /// ring are written too (used entries go there).
+    fn check_ring_mapped(&self) -> Result<(), VringError> {
+        let (Some(iotlb), Some(addr), Some(ring)) = (&self.iotlb, self.addr, &self.ring) else { return Ok(()) };
+        let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
+        let (desc, driver, device) =
+            if ring.is_packed() { PackedRing::sizes(self.num) } else { Vring::sizes(self.num, event_idx) };
+        iotlb::check_range(iotlb, addr.desc, desc, Access::Read)?;
+        if ring.is_packed() {
+            iotlb::check_range(iotlb, addr.desc, desc, Access::Write)?;
+        }
+        iotlb::check_range(iotlb, addr.avail, driver, Access::Read)?;
+        iotlb::check_range(iotlb, addr.used, device, Access::Write)?;
+        Ok(())
     }
 }
 

@@ -89,6 +89,18 @@ static_assert(VIRTIO_RING_F_INDIRECT_DESC == 28 && VIRTIO_RING_F_EVENT_IDX == 29
 static_assert(VIRTIO_F_VERSION_1 == 32 && VIRTIO_F_RING_RESET == 40);
 static_assert(VHOST_F_LOG_ALL == 26 && VHOST_PAGE_SIZE == 0x1000);
 static_assert(VIRTIO_FEATURES_U64S == 2);
+/* The device IOTLB's messages (iotlb.rs, uapi.rs). */
+static_assert(VIRTIO_F_ACCESS_PLATFORM == 33);
+static_assert(VHOST_BACKEND_F_IOTLB_MSG_V2 == 0x1 && VHOST_BACKEND_F_IOTLB_BATCH == 0x2);
+static_assert(VHOST_IOTLB_MSG == 0x1 && VHOST_IOTLB_MSG_V2 == 0x2);
+static_assert(VHOST_IOTLB_MISS == 1 && VHOST_IOTLB_UPDATE == 2 && VHOST_IOTLB_INVALIDATE == 3);
+static_assert(VHOST_IOTLB_ACCESS_FAIL == 4 && VHOST_IOTLB_BATCH_BEGIN == 5 && VHOST_IOTLB_BATCH_END == 6);
+static_assert(VHOST_ACCESS_RO == 0x1 && VHOST_ACCESS_WO == 0x2);
+static_assert(sizeof(struct vhost_msg) == 72 && sizeof(struct vhost_msg_v2) == 72);
+static_assert(offsetof(struct vhost_msg, iotlb) == 8 && offsetof(struct vhost_msg_v2, iotlb) == 8);
+static_assert(sizeof(struct vhost_iotlb_msg) == 32);
+static_assert(offsetof(struct vhost_iotlb_msg, size) == 8 && offsetof(struct vhost_iotlb_msg, uaddr) == 16);
+static_assert(offsetof(struct vhost_iotlb_msg, perm) == 24 && offsetof(struct vhost_iotlb_msg, type) == 25);
 /* uapi.rs's VirtioNetHdr, and vring.rs's descriptor and ring flags. */
 static_assert(sizeof(struct virtio_net_hdr) == 10 && sizeof(struct virtio_net_hdr_mrg_rxbuf) == 12);
 static_assert(offsetof(struct virtio_net_hdr_mrg_rxbuf, num_buffers) == 10);
@@ -99,6 +111,7 @@ static_assert(sizeof(struct vring_desc) == 16 && sizeof(struct vring_used_elem) 
 
 /* file_poll.rs spells the poll bits out: bindgen cannot read them. */
 static_assert(EPOLLIN == 0x0001 && EPOLLOUT == 0x0004 && EPOLLERR == 0x0008);
+static_assert(EPOLLRDNORM == 0x0040);
 static_assert(DEFAULT_POLLMASK == (0x0001 | 0x0004 | 0x0040 | 0x0100));
 
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val)

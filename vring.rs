@@ -80,11 +80,10 @@ pub(crate) enum VringError {
     /// range check).
     NotMapped,
     /// The device IOTLB has no mapping for an address yet: not the guest's
-    /// error. Nothing was consumed; the queue is to wait until userspace
-    /// maps it (only the host tests translate through the IOTLB so far:
-    /// the module does not serve it yet). The address is the IOTLB's
-    /// `last_fault`: an error with fields made every parse step slower
-    /// (about 35% per chain on the host), since every result carries it.
+    /// error. Nothing was consumed; the queue waits until userspace maps
+    /// it. The address is the IOTLB's `last_fault`: an error with fields
+    /// made every parse step slower (about 35% per chain on the host),
+    /// since every result carries it.
     IotlbMiss,
     /// The device IOTLB maps an address without the access the device
     /// needs (a writable buffer in a read-only mapping); see `IotlbMiss`

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device IOTLB as the module serves it (`VIRTIO_F_ACCESS_PLATFORM`):
+//! each queue's table, and the channel through which misses reach
+//! userspace.
+//!
+//! # Where the table lives
+//!
+//! The C driver keeps one table per device and lets a worker read it under
+//! its own queue's mutex, because an update takes every queue's mutex
+//! (`vhost_dev_lock_vqs`). Here each queue keeps its own copy inside its
+//! lock ([`crate::virtqueue::VqState`]), and a `write()` applies every
+//! message to each copy in turn, under that queue's lock. The copies see
+//! the same messages in the same order, so they hold the same mappings;
+//! a worker translates without any lock but its own; and a `write()` that
+//! invalidates has waited for each queue's lock, so no run that could still
+//! use the old translation is in progress when it returns.
+//!
+//! # The channel
+//!
+//! A queue that misses posts the miss here ([`MissChannel::post`]); a
+//! `read()` takes it ([`MissChannel::read`]), waking on the channel's
+//! condition variable, which `poll()` registers too. An update answers the
+//! misses it covers ([`MissChannel::answer`]) and names the queues to wake.
+//!
+//! # Lock order
+//!
+//! The channel's lock comes last: after the device's state and after a
+//! queue's lock (a worker posts with its queue locked).
+
+use crate::compat::{self, PollCondVarBox};
+use crate::iotlb::{Iotlb, Mapping, Miss, Misses, UpdateError};
+use kernel::{
+    alloc::KVVec,
+    fs::File,
+    new_mutex,
+    prelude::*,
+    sync::{poll::PollTable, Arc, Mutex},
+};
+
+/// The queues of a device, as the channel counts them.
+pub(crate) const QUEUES: usize = 2;
+
+/// One queue's copy of the device IOTLB, its storage allocated once at
+/// the table's full size.
+pub(crate) type QueueIotlb = Iotlb<KVVec<Mapping>>;
+
+/// An empty table of `capacity` mappings.
+pub(crate) fn new_table(capacity: usize) -> Result<QueueIotlb> {
+    let mut slots = KVVec::with_capacity(capacity, GFP_KERNEL)?;
+    slots.resize(capacity, Mapping::default(), GFP_KERNEL)?;
+    Ok(Iotlb::new(slots))
+}
+
+/// Why a message written to the device was refused. The C driver reports
+/// each as `-EFAULT`; they are kept apart for the debug log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MessageError {
+    /// An update or invalidation while the device has no IOTLB
+    /// (`ACCESS_PLATFORM` not acked).
+    NoIotlb,
+    /// The table refused the update.
+    Update(UpdateError),
+    /// An invalidation of size 0.
+    EmptyInvalidate,
+    /// A message type the device does not take from userspace (a miss, an
+    /// access failure, a batch without `VHOST_BACKEND_F_IOTLB_BATCH`).
+    Unsupported(u8),
+}
+
+/// What the channel's lock protects.
+struct ChannelState {
+    misses: Misses<QUEUES>,
+    /// The device has an IOTLB (`ACCESS_PLATFORM` acked): a blocking
+    /// `read()` without one fails (`-EBADFD`), as in C.
+    enabled: bool,
+    /// Inside a `VHOST_IOTLB_BATCH_BEGIN`/`END` pair: the queues that
+    /// updates answered, woken at the end.
+    batch: Option<u64>,
+}
+
+/// The misses of a device's queues, on their way to userspace.
+///
+/// # Invariants
+///
+/// `readable` is notified whenever a miss becomes readable or the IOTLB
+/// goes away, so that readers and pollers waiting on it look again.
+#[pin_data]
+pub(crate) struct MissChannel {
+    #[pin]
+    state: Mutex<ChannelState>,
+    readable: PollCondVarBox,
+}
+
+/// What a `read()` found.
+pub(crate) enum ReadOutcome {
+    /// The oldest unread miss, now pending, and its queue.
+    Miss(usize, Miss),
+    /// Nothing to read, and the caller does not wait (`O_NONBLOCK`).
+    WouldBlock,
+    /// Nothing to read, and there is no IOTLB to miss in.
+    NoIotlb,
+}
+
+impl MissChannel {
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        let readable = compat::new_poll_condvar(c"vhost_net_rs_iotlb", kernel::static_lock_class!())?;
+        Arc::pin_init(
+            pin_init!(MissChannel {
+                state <- new_mutex!(ChannelState { misses: Misses::new(), enabled: false, batch: None }),
+                readable,
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Queue `queue` missed: the miss is readable, unless the queue has
+    /// one outstanding already. Returns whether it is new.
+    pub(crate) fn post(&self, queue: usize, miss: Miss) -> bool {
+        let posted = self.state.lock().misses.post(queue, miss);
+        if posted {
+            self.readable.notify_all();
+        }
+        posted
+    }
+
+    /// `read()`: the oldest unread miss; waits for one unless `nonblock`.
+    /// `Err(ERESTARTSYS)` if a signal came first.
+    pub(crate) fn read(&self, nonblock: bool) -> Result<ReadOutcome> {
+        let mut state = self.state.lock();
+        loop {
+            if let Some((queue, miss)) = state.misses.read() {
+                return Ok(ReadOutcome::Miss(queue, miss));
+            }
+            if nonblock {
+                return Ok(ReadOutcome::WouldBlock);
+            }
+            if !state.enabled {
+                return Ok(ReadOutcome::NoIotlb);
+            }
+            if self.readable.wait_interruptible(&mut state) {
+                return Err(ERESTARTSYS);
+            }
+        }
+    }
+
+    /// The miss of `queue` that a `read()` took could not be copied out:
+    /// it is dropped, and the queue may post again.
+    pub(crate) fn drop_read(&self, queue: usize) {
+        self.state.lock().misses.drop_read(queue);
+    }
+
+    /// An update of `[iova, iova + size - 1]` was applied: returns the
+    /// queues to wake (bit `q` for queue `q`); none inside a batch, which
+    /// wakes them at its end.
+    pub(crate) fn answer(&self, iova: u64, size: u64) -> u64 {
+        let mut state = self.state.lock();
+        let wake = state.misses.answer(iova, size);
+        match state.batch.as_mut() {
+            Some(deferred) => {
+                *deferred |= wake;
+                0
+            }
+            None => wake,
+        }
+    }
+
+    /// `VHOST_IOTLB_BATCH_BEGIN`.
+    pub(crate) fn begin_batch(&self) {
+        let mut state = self.state.lock();
+        state.batch.get_or_insert(0);
+    }
+
+    /// `VHOST_IOTLB_BATCH_END`: the queues the batch's updates answered.
+    pub(crate) fn end_batch(&self) -> u64 {
+        self.state.lock().batch.take().unwrap_or(0)
+    }
+
+    /// The device has an IOTLB (`true`, its tables new and empty) or none.
+    /// Without one every miss is forgotten, and blocked readers return
+    /// (`-EBADFD`). With a new one the misses read are kept, as C keeps
+    /// its pending list: userspace's answers still wake their queues.
+    pub(crate) fn set_enabled(&self, enabled: bool) {
+        {
+            let mut state = self.state.lock();
+            if !enabled {
+                state.misses.clear();
+                state.batch = None;
+            }
+            state.enabled = enabled;
+        }
+        self.readable.notify_all();
+    }
+
+    /// `poll()`: registers `table` on the channel and says whether a
+    /// `read()` would find a message.
+    pub(crate) fn poll(&self, file: &File, table: &PollTable<'_>) -> bool {
+        table.register_wait(file, &self.readable);
+        self.state.lock().misses.readable()
+    }
+}
