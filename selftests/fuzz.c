@@ -3,9 +3,11 @@
  * fuzz: hostile userspace and hostile guests against the real module.
  *
  * ioctl_sequences: threads issue random vhost ioctls with random and
- *   boundary arguments (bad pointers, huge counts, wrong fds), while one of
- *   them closes and reopens the device at random. Every error must be a
- *   known errno; nothing may crash or hang.
+ *   boundary arguments (bad pointers, huge counts, wrong fds), and random
+ *   device IOTLB messages through write() and read() (the fd is
+ *   O_NONBLOCK, so a read waits for nothing), while one of them closes and
+ *   reopens the device at random. Every error must be a known errno;
+ *   nothing may crash or hang.
  * random_rings: a guest that writes random descriptor tables, avail rings
  *   and indices (and keeps rewriting them while the worker reads), with
  *   packets arriving for RX. Afterwards a reset ring must carry clean
@@ -55,7 +57,7 @@ static uint64_t pick_u64(uint64_t *s)
 }
 
 static const int known_errno[] = { EPERM, EBADF, EFAULT, EINVAL, EBUSY, ENOBUFS, EOPNOTSUPP,
-				   ENOTTY, E2BIG, ENOTSOCK, ENOMEM, ENOSPC, EAGAIN };
+				   ENOTTY, E2BIG, ENOTSOCK, ENOMEM, ENOSPC, EAGAIN, EBADFD };
 
 static bool clean_errno(int e)
 {
@@ -148,6 +150,9 @@ static int one_ioctl(struct fz *f, int fd, uint64_t *s)
 		break;
 	case VHOST_SET_FEATURES:
 		a.u[0] = rnd(s) % 2 ? (1ULL << 32 | 1ULL << 15 | 1ULL << 29 | 1ULL << 28) : pick_u64(s);
+		/* Now and then behind a virtual IOMMU (ACCESS_PLATFORM). */
+		if (rnd(s) % 4 == 0)
+			a.u[0] |= 1ULL << 33;
 		break;
 	case VHOST_GET_FEATURES_ARRAY: case VHOST_SET_FEATURES_ARRAY:
 		a.u[0] = rnd(s) % 4 ? rnd(s) % 8 : pick_u64(s);
@@ -179,6 +184,39 @@ static int one_ioctl(struct fz *f, int fd, uint64_t *s)
 	return -errno;
 }
 
+/* One random device IOTLB message written to fd, or a read of one: in
+ * either format, of any type, with plausible or boundary fields, whole or
+ * cut short. */
+static void one_message(struct fz *f, int fd, uint64_t *s)
+{
+	struct vhost_msg_v2 m;
+	uint8_t buf[128];
+	size_t len;
+	ssize_t r;
+
+	memset(&m, 0, sizeof(m));
+	m.type = rnd(s) % 4 ? (rnd(s) % 2 ? VHOST_IOTLB_MSG_V2 : VHOST_IOTLB_MSG) : (uint32_t)pick_u64(s);
+	m.iotlb.iova = rnd(s) % 2 ? (rnd(s) % 64) * 4096 : pick_u64(s);
+	m.iotlb.size = rnd(s) % 2 ? 4096 * (1 + rnd(s) % 4) : pick_u64(s);
+	m.iotlb.uaddr = rnd(s) % 2 ? (uint64_t)(uintptr_t)(f->mem + (rnd(s) % 64) * 4096) : pick_u64(s);
+	m.iotlb.perm = rnd(s) % 4;
+	m.iotlb.type = 1 + rnd(s) % 7;
+	len = rnd(s) % 4 ? sizeof(m) : rnd(s) % 80;
+	f->calls++;
+	if (rnd(s) % 4)
+		r = write(fd, &m, len);
+	else
+		r = read(fd, buf, rnd(s) % 2 ? sizeof(buf) : rnd(s) % 80);
+	if (r >= 0)
+		return;
+	f->errors++;
+	if (!clean_errno(errno)) {
+		f->unclean++;
+		f->last_unclean_cmd = -1;
+		f->last_unclean_errno = errno;
+	}
+}
+
 static void *ioctl_thread(void *arg)
 {
 	struct fz *f = arg;
@@ -191,10 +229,15 @@ static void *ioctl_thread(void *arg)
 
 		if (fd < 0)
 			continue;
+		fcntl(fd, F_SETFL, O_NONBLOCK);
 		if (rnd(&s) % 4)
 			ioctl(fd, VHOST_SET_OWNER);
-		for (i = 0; i < len; i++)
-			one_ioctl(f, fd, &s);
+		for (i = 0; i < len; i++) {
+			if (rnd(&s) % 8 == 0)
+				one_message(f, fd, &s);
+			else
+				one_ioctl(f, fd, &s);
+		}
 		close(fd);
 		f->seqs++;
 	}
