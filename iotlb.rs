@@ -563,6 +563,12 @@ impl<'a, M: GuestMemory, T: Translate + ?Sized> Translated<'a, M, T> {
 }
 
 impl<M: GuestMemory, T: Translate + ?Sized> GuestMemory for Translated<'_, M, T> {
+    type Owner = M;
+
+    fn owner(&self) -> &M {
+        self.mem
+    }
+
     fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
         self.mem.read_u16(self.whole(addr, 2, Access::Read)?)
     }

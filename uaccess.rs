@@ -38,6 +38,12 @@ fn uptr(addr: u64) -> Result<UserPtr, VringError> {
 }
 
 impl GuestMemory for OwnerMem {
+    type Owner = Self;
+
+    fn owner(&self) -> &Self {
+        self
+    }
+
     fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
         if addr % 2 != 0 {
             return Err(VringError::Fault);

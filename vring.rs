@@ -125,9 +125,16 @@ impl From<TranslateError> for VringError {
 
 /// Access to the memory of the process that owns the rings.
 ///
-/// Addresses are the owner's virtual addresses. Implementations check them
-/// (the module through the uaccess helpers, which refuse kernel addresses).
+/// Addresses are the owner's virtual addresses, or, for the ring's own
+/// parts behind the device IOTLB, I/O virtual addresses that the memory
+/// translates (`iotlb::Translated`). Implementations check them (the module
+/// through the uaccess helpers, which refuse kernel addresses).
 pub(crate) trait GuestMemory {
+    /// The owner's memory itself, which the parsers read at addresses they
+    /// translated already (an indirect table's).
+    type Owner: GuestMemory;
+    /// See [`GuestMemory::Owner`]: `self`, unless this memory translates.
+    fn owner(&self) -> &Self::Owner;
     /// One single-copy-atomic 16-bit load.
     fn read_u16(&self, addr: u64) -> Result<u16, VringError>;
     /// One single-copy-atomic 16-bit store.
@@ -715,7 +722,7 @@ impl IndirectTable {
         match self.owner {
             // Inside the one piece checked in `new`: `i * 16` is below the
             // table's length, and the piece's owner range does not wrap.
-            Some(base) => mem.read_16(base + i * DESC_SIZE).map_err(|_| VringError::NotMapped),
+            Some(base) => mem.owner().read_16(base + i * DESC_SIZE).map_err(|_| VringError::NotMapped),
             None => read_indirect_bytes(mem, space, self.addr, i),
         }
     }
@@ -741,7 +748,7 @@ fn read_indirect_bytes<M: GuestMemory, T: Translate + ?Sized>(
         // gave more would be refused, not trusted.
         let end = usize::try_from(seg.len).ok().and_then(|n| off.checked_add(n)).ok_or(VringError::NotMapped)?;
         let piece = bytes.get_mut(off..end).ok_or(VringError::NotMapped)?;
-        mem.read(seg.uaddr, piece).map_err(|_| VringError::NotMapped)?;
+        mem.owner().read(seg.uaddr, piece).map_err(|_| VringError::NotMapped)?;
         off = end;
         Ok(())
     })?;

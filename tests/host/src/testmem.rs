@@ -41,6 +41,12 @@ impl TestMem {
 }
 
 impl GuestMemory for TestMem {
+    type Owner = Self;
+
+    fn owner(&self) -> &Self {
+        self
+    }
+
     fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
         if addr % 2 != 0 {
             return Err(VringError::Fault);
