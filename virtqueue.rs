@@ -670,8 +670,8 @@ impl<B: Backend> VqState<B> {
         self.iotlb_format = format;
     }
 
-    /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table. `EFAULT`
-    /// without a table, as in C.
+    /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table; refused
+    /// without a table (the writer gets `EFAULT`, as in C).
     pub(crate) fn iotlb_update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), MessageError> {
         let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
         iotlb.update(iova, size, uaddr, perm, user_limit()).map_err(MessageError::Update)
