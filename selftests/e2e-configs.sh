@@ -19,10 +19,19 @@
 #               queue, VIRTIO_F_RING_RESET): the rings shrink while the
 #               flood runs, traffic resumes, and the flood loses no more
 #               than 1 point beyond what it loses on C.
+#   iommu       a q35 guest behind intel-iommu (device-iotlb=on) with
+#               virtio-net iommu_platform=on,ats=on and intel_iommu=on:
+#               it negotiates VIRTIO_F_ACCESS_PLATFORM, so every address it
+#               gives the device is an I/O virtual address that the device
+#               IOTLB translates (QEMU answering the device's misses);
+#               ping and flood, loss within 2 points of C, and on
+#               vhost-net-rs the counters show the IOTLB on and misses
+#               served.
 #
 # Runs in the test VM after module.sh, as part of `make check-e2e`
 # (VNR_E2E=full); otherwise it skips. VNR_E2E_FLOOD (default 2000) sets the
-# flood size.
+# flood size; VNR_E2E_CONFIGS (default "macvtap multiqueue iommu") picks
+# the configurations.
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=../scripts/lib.sh
 . scripts/lib.sh
@@ -31,6 +40,9 @@ cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=ktap.sh
 . selftests/ktap.sh
 FLOOD=${VNR_E2E_FLOOD:-2000}
+CONFIGS=" ${VNR_E2E_CONFIGS:-macvtap multiqueue iommu} "
+# wanted NAME: whether configuration NAME is to run.
+wanted() { [[ $CONFIGS == *" $1 "* ]]; }
 QUEUES=4
 KO=$VNR_KO
 VETH=vnrva VETH_PEER=vnrvb MACVTAP=vnrmvt0
@@ -117,13 +129,15 @@ macvtap_guest() {
 	ip link del "$VETH"
 }
 
-macvtap_guest rs
-macvtap_guest c
-if [ -n "${MACVTAP_LOSS[rs]:-}" ] && [ -n "${MACVTAP_LOSS[c]:-}" ] &&
-	within "${MACVTAP_LOSS[rs]}" "${MACVTAP_LOSS[c]}" 2; then
-	vnr_pass "macvtap_flood_loss_within_2pp_of_c" "rs ${MACVTAP_LOSS[rs]}% c ${MACVTAP_LOSS[c]}%"
-else
-	vnr_fail "macvtap_flood_loss_within_2pp_of_c" "rs ${MACVTAP_LOSS[rs]:-none}% c ${MACVTAP_LOSS[c]:-none}%"
+if wanted macvtap; then
+	macvtap_guest rs
+	macvtap_guest c
+	if [ -n "${MACVTAP_LOSS[rs]:-}" ] && [ -n "${MACVTAP_LOSS[c]:-}" ] &&
+		within "${MACVTAP_LOSS[rs]}" "${MACVTAP_LOSS[c]}" 2; then
+		vnr_pass "macvtap_flood_loss_within_2pp_of_c" "rs ${MACVTAP_LOSS[rs]}% c ${MACVTAP_LOSS[c]}%"
+	else
+		vnr_fail "macvtap_flood_loss_within_2pp_of_c" "rs ${MACVTAP_LOSS[rs]:-none}% c ${MACVTAP_LOSS[c]:-none}%"
+	fi
 fi
 
 # --- multiqueue and ring reset -------------------------------------------------------
@@ -239,24 +253,82 @@ compare_loss() {
 	fi
 }
 
-mq_guest mq_rs rs 1
-mq_guest mq_c c 0
+if wanted multiqueue; then
+	mq_guest mq_rs rs 1
+	mq_guest mq_c c 0
 
-# The drop-in form: the C driver gives minor 238 back, vhost-net-rs takes it.
-rmmod vhost_net_rs 2>/dev/null
-rmmod vhost_net 2>/dev/null
-if insmod "$KO" drop_in=1 && vnr_wait_node /dev/vhost-net; then
-	mq_guest mq_dropin node 1
-else
-	vnr_fail "mq_dropin_setup" "insmod drop_in=1 failed: $(dmesg | tail -n 3)"
+	# The drop-in form: the C driver gives minor 238 back, vhost-net-rs
+	# takes it.
+	rmmod vhost_net_rs 2>/dev/null
+	rmmod vhost_net 2>/dev/null
+	if insmod "$KO" drop_in=1 && vnr_wait_node /dev/vhost-net; then
+		mq_guest mq_dropin node 1
+	else
+		vnr_fail "mq_dropin_setup" "insmod drop_in=1 failed: $(dmesg | tail -n 3)"
+	fi
+	rmmod vhost_net_rs 2>/dev/null
+	insmod "$KO"
+	vnr_wait_node /dev/vhost-net-rs
+	selftests/load-c-vhost >/dev/null 2>&1 || true
 fi
-rmmod vhost_net_rs 2>/dev/null
-insmod "$KO"
-vnr_wait_node /dev/vhost-net-rs
-selftests/load-c-vhost >/dev/null 2>&1 || true
 
-compare_loss mq_rs_flood_loss_within_2pp_of_c MQ_LOSS mq_rs 2
-compare_loss mq_dropin_flood_loss_within_2pp_of_c MQ_LOSS mq_dropin 2
-compare_loss mq_rs_reset_loss_within_1pp_of_c RESET_LOSS mq_rs 1
-compare_loss mq_dropin_reset_loss_within_1pp_of_c RESET_LOSS mq_dropin 1
+# --- a guest behind a virtual IOMMU ----------------------------------------------------
+declare -A IOMMU_LOSS
+# fdinfo_sum FIELD: FIELD summed over the vqs of the running QEMU's vhost fds.
+fdinfo_sum() {
+	g_fdinfo | sed -n "s/^vq.* $1=\([0-9]*\).*/\1/p" | awk '{ n += $1 } END { print n + 0 }'
+}
+iommu_guest() {
+	local path=$1 label=iommu_$1 bit groups r tx rx rx0 tx0 on misses loss
+	if [ "$path" = c ] && [ ! -c /dev/vhost-net ]; then vnr_skip "${label}_guest_boots" "no /dev/vhost-net"; return; fi
+	g_tap_up || { vnr_fail "${label}_setup" "could not create $G_TAP"; return; }
+	if G_IOMMU=1 boot "$label" "$path"; then
+		# Bit 33 of the guest's virtio-net (device id 1) features, and the
+		# IOMMU groups the guest made.
+		bit=$(g_run "for d in /sys/bus/virtio/devices/*; do [ \"\$(cat \$d/device)\" = 0x0001 ] && cat \$d/features; done" | cut -c34)
+		groups=$(g_run "ls /sys/kernel/iommu_groups | wc -l")
+		if [ "$bit" = 1 ] && [ "${groups:-0}" -gt 0 ]; then
+			vnr_pass "${label}_negotiates_access_platform" "feature bit 33=$bit, iommu groups: $groups"
+		else
+			vnr_fail "${label}_negotiates_access_platform" "feature bit 33=${bit:-?}, iommu groups: ${groups:-?}"
+		fi
+		rx0=$(g_vq_packets 0) tx0=$(g_vq_packets 1)
+		r=$(g_ping -c 100 -i 0.05 -W 2)
+		read -r tx rx _ <<<"$r"
+		if [ "$tx" = 100 ] && [ "$rx" = 100 ]; then vnr_pass "${label}_ping_100_no_loss" "$r"
+		else vnr_fail "${label}_ping_100_no_loss" "$r"; fi
+		r=$(g_ping -f -c "$FLOOD" -W 2)
+		read -r _ _ loss _ <<<"$r"
+		IOMMU_LOSS[$path]=$loss
+		say "$label flood: $r (transmitted received loss% time_ms rtt min/avg/max/mdev)"
+		if [ "$path" = rs ]; then
+			counters_moved "$label" "$rx0" "$tx0" "$rx"
+			on=$(g_fdinfo | grep -c ' iotlb=1 ')
+			misses=$(fdinfo_sum iotlb_misses)
+			if [ "$on" = 2 ] && [ "$misses" -gt 0 ]; then
+				vnr_pass "${label}_iotlb_misses_served" "IOTLB on for $on queues, $misses misses served"
+			else
+				vnr_fail "${label}_iotlb_misses_served" "IOTLB on for $on queues, $misses misses" "$(g_fdinfo)"
+			fi
+		fi
+		g_stop
+	fi
+	g_tap_down
+}
+if wanted iommu; then
+	iommu_guest rs
+	iommu_guest c
+	if [ -n "${IOMMU_LOSS[rs]:-}" ] && [ -n "${IOMMU_LOSS[c]:-}" ] && within "${IOMMU_LOSS[rs]}" "${IOMMU_LOSS[c]}" 2; then
+		vnr_pass "iommu_flood_loss_within_2pp_of_c" "rs ${IOMMU_LOSS[rs]}% c ${IOMMU_LOSS[c]}%"
+	else
+		vnr_fail "iommu_flood_loss_within_2pp_of_c" "rs ${IOMMU_LOSS[rs]:-none}% c ${IOMMU_LOSS[c]:-none}%"
+	fi
+fi
+
+if wanted multiqueue; then
+	compare_loss mq_rs_flood_loss_within_2pp_of_c MQ_LOSS mq_rs 2
+	compare_loss mq_dropin_flood_loss_within_2pp_of_c MQ_LOSS mq_dropin 2
+	compare_loss mq_rs_reset_loss_within_1pp_of_c RESET_LOSS mq_rs 1
+	compare_loss mq_dropin_reset_loss_within_1pp_of_c RESET_LOSS mq_dropin 1
+fi
 vnr_ktap_finish
