@@ -114,7 +114,8 @@ g_start() {
 		[ "$(g_accel)" = kvm ] && machine+=",kernel-irqchip=split"
 		# The IOMMU must exist before the devices behind it.
 		iommu=(-device intel-iommu,intremap=on,device-iotlb=on)
-		nic+=",iommu_platform=on,ats=on"
+		# A modern-only device: a legacy one cannot have iommu_platform.
+		nic+=",disable-legacy=on,iommu_platform=on,ats=on"
 	fi
 	G_LOG=$(mktemp /tmp/vnr-guest.XXXXXX)
 	local args=(-machine "$machine" -accel "$(g_accel)" -m "${G_MEM:-192M}" -smp "$smp" -nographic -no-reboot

@@ -141,6 +141,15 @@ struct h_dev {
 	unsigned int hdr_len;	/* virtio-net header length the guest sees */
 	bool packed;		/* VIRTIO_F_RING_PACKED negotiated */
 	bool in_order;		/* VIRTIO_F_IN_ORDER negotiated */
+	/*
+	 * VIRTIO_F_ACCESS_PLATFORM negotiated (h_opts.iotlb): the device sees
+	 * guest memory through its IOTLB, at `iova` + the guest-physical
+	 * address. Every address the device is given (SET_VRING_ADDR,
+	 * descriptors) is then an IOVA; h_gpa and h_ptr convert, so the
+	 * helpers below need no other change. `iova` is 0 otherwise.
+	 */
+	bool iotlb;
+	uint64_t iova;
 	struct h_vq vq[2];	/* 0 = RX, 1 = TX */
 };
 
@@ -158,6 +167,15 @@ struct h_opts {
 	bool kthread_workers;	/* VHOST_SET_FORK_FROM_OWNER 0 before SET_OWNER */
 	bool packed;		/* packed rings (VIRTIO_F_RING_PACKED), not split */
 	bool in_order;		/* VIRTIO_F_IN_ORDER: buffers used in ring order */
+	/*
+	 * The device IOTLB (VIRTIO_F_ACCESS_PLATFORM), as QEMU drives it for
+	 * a guest with a vIOMMU: guest memory appears to the device at IOVA
+	 * `iova` + gpa, VHOST_BACKEND_F_IOTLB_MSG_V2 is acked, and h_setup
+	 * stops before VHOST_NET_SET_BACKEND: the device needs the used rings
+	 * mapped first (see iotlb.c), which is the test's to do.
+	 */
+	bool iotlb;
+	uint64_t iova;
 };
 
 static inline uint64_t h_now_ns(void)
@@ -168,14 +186,17 @@ static inline uint64_t h_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+/* The address the device is given for p in guest memory: its
+ * guest-physical address, or with the device IOTLB its IOVA. */
 static inline uint64_t h_gpa(struct h_dev *d, void *p)
 {
-	return (uint64_t)((uint8_t *)p - d->mem);
+	return (uint64_t)((uint8_t *)p - d->mem) + d->iova;
 }
 
+/* Where the device address `gpa` (h_gpa's) is in guest memory. */
 static inline void *h_ptr(struct h_dev *d, uint64_t gpa)
 {
-	return d->mem + gpa;
+	return d->mem + (gpa - d->iova);
 }
 
 static inline int h_ioctl(int fd, unsigned long cmd, void *arg)
@@ -447,7 +468,7 @@ static inline void h_vq_layout(struct h_dev *d, int q, unsigned int num, uint16_
 	v->avail_idx = base;
 	v->used_seen = base;
 	v->buf_size = buf_size;
-	v->buf_base = H_BUF_OFF + (uint64_t)q * ((H_MEM_SIZE - H_BUF_OFF) / 2);
+	v->buf_base = d->iova + H_BUF_OFF + (uint64_t)q * ((H_MEM_SIZE - H_BUF_OFF) / 2);
 	/* The device reads used->idx when the backend is set. */
 	v->vr.used->idx = base;
 	v->vr.avail->idx = base;
@@ -500,7 +521,7 @@ static inline uint32_t h_vq_base(struct h_dev *d, int q)
 	return d->packed ? pos | pos << 16 : v->used_seen;
 }
 
-/* Guest-physical address of buffer slot i of queue q. */
+/* Guest-physical address (h_gpa's) of buffer slot i of queue q. */
 static inline uint64_t h_buf(struct h_dev *d, int q, unsigned int i)
 {
 	struct h_vq *v = &d->vq[q];
@@ -510,7 +531,8 @@ static inline uint64_t h_buf(struct h_dev *d, int q, unsigned int i)
 
 /* Opens the vhost device and configures it on d's memory and tap, as QEMU
  * does when a guest starts: owner, features, memory table, both rings with
- * fresh indices, eventfds and the backend. */
+ * fresh indices, eventfds and the backend (with h_opts.iotlb, all but the
+ * backend). */
 static inline int h_configure(struct h_dev *d, const struct h_opts *o);
 
 static inline int h_attach(struct h_dev *d, const struct h_opts *o)
@@ -574,6 +596,13 @@ static inline void h_mem_unalias(uint8_t *p, uint64_t len)
 	munmap((void *)lo, hi - lo);
 }
 
+/* What VHOST_SET_VRING_ADDR takes for the ring part at p: its user
+ * address, or with the device IOTLB its IOVA. */
+static inline uint64_t h_ring_addr(struct h_dev *d, void *p)
+{
+	return d->iotlb ? h_gpa(d, p) : (uint64_t)(uintptr_t)p;
+}
+
 /* h_attach on an open device fd without an owner. */
 /* Queue q's ring addresses as VHOST_SET_VRING_ADDR takes them; with log,
  * VHOST_VRING_F_LOG and the used ring's guest-physical address. A packed
@@ -585,16 +614,16 @@ static inline struct vhost_vring_addr h_vring_addr(struct h_dev *d, int q, bool 
 	struct h_vq *v = &d->vq[q];
 	struct vhost_vring_addr a = {
 		.index = q,
-		.desc_user_addr = (uint64_t)(uintptr_t)v->vr.desc,
-		.avail_user_addr = (uint64_t)(uintptr_t)v->vr.avail,
-		.used_user_addr = (uint64_t)(uintptr_t)v->vr.used,
+		.desc_user_addr = h_ring_addr(d, v->vr.desc),
+		.avail_user_addr = h_ring_addr(d, v->vr.avail),
+		.used_user_addr = h_ring_addr(d, v->vr.used),
 	};
 	void *used = v->vr.used;
 
 	if (d->packed) {
-		a.desc_user_addr = (uint64_t)(uintptr_t)v->pdesc;
-		a.avail_user_addr = (uint64_t)(uintptr_t)v->pdriver;
-		a.used_user_addr = (uint64_t)(uintptr_t)v->pdevice;
+		a.desc_user_addr = h_ring_addr(d, v->pdesc);
+		a.avail_user_addr = h_ring_addr(d, v->pdriver);
+		a.used_user_addr = h_ring_addr(d, v->pdevice);
 		used = v->pdevice;
 	}
 	if (log) {
@@ -611,6 +640,13 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 
 	if ((r = h_ioctl(d->fd, VHOST_SET_OWNER, NULL)))
 		return r;
+	if (d->iotlb) {
+		/* Misses in the v2 format, as QEMU acks it (vhost_kernel_set_backend_cap). */
+		uint64_t bf = 1ULL << VHOST_BACKEND_F_IOTLB_MSG_V2;
+
+		if ((r = h_ioctl(d->fd, VHOST_SET_BACKEND_FEATURES, &bf)))
+			return r;
+	}
 	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
 		return r;
 	if ((r = h_set_mem_flat(d)))
@@ -645,6 +681,8 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 			return r;
 		if ((r = h_ioctl(d->fd, VHOST_SET_VRING_ERR, &ef)))
 			return r;
+		if (d->iotlb)
+			continue;	/* the used ring is not mapped yet: the test's */
 		if ((r = h_ioctl(d->fd, VHOST_NET_SET_BACKEND, &bf)))
 			return r;
 	}
@@ -720,7 +758,11 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 		f |= 1ULL << VIRTIO_F_RING_PACKED;
 	if (o->in_order)
 		f |= 1ULL << VIRTIO_F_IN_ORDER;
+	if (o->iotlb)
+		f |= 1ULL << VIRTIO_F_ACCESS_PLATFORM;
 	d->features = f;
+	d->iotlb = o->iotlb;
+	d->iova = o->iotlb ? o->iova : 0;
 	d->packed = o->packed;
 	d->in_order = o->in_order;
 	d->vhost_hdr = o->vhost_hdr;
@@ -881,7 +923,7 @@ static inline uint32_t h_packed_table(struct h_dev *d, uint64_t gpa, uint32_t le
 	struct vring_packed_desc *p;
 	struct vring_desc *t;
 
-	if (!n || gpa >= H_MEM_SIZE || len > H_MEM_SIZE - gpa || !(t = malloc(len)))
+	if (!n || gpa - d->iova >= H_MEM_SIZE || len > H_MEM_SIZE - (gpa - d->iova) || !(t = malloc(len)))
 		return len;
 	memcpy(t, h_ptr(d, gpa), n * sizeof(*t));
 	p = h_ptr(d, gpa);
@@ -1005,7 +1047,7 @@ static inline uint32_t h_chain_in_len(struct h_dev *d, int q, uint16_t head)
 	uint32_t len = 0;
 
 	if (t[i].flags & VRING_DESC_F_INDIRECT) {
-		if (t[i].addr + t[i].len > H_MEM_SIZE)
+		if (t[i].addr - d->iova + t[i].len > H_MEM_SIZE)
 			return 0;
 		n = t[i].len / sizeof(*t);
 		t = h_ptr(d, t[i].addr);
