@@ -428,10 +428,10 @@ enum MissState {
 
 /// The outstanding misses of a device's `N` queues.
 ///
-/// A queue has at most one: it stops at its first miss, and posts again
-/// only when it runs again (a kick, an update); an unread miss is not
-/// posted twice, so a queue cannot grow the list (the C driver adds a
-/// message at each attempt). `read()` takes the oldest unread one; an update
+/// A queue has at most one: it stops at its first miss, and a second one
+/// is dropped until the first is answered (the C driver's
+/// `vq->iotlb_miss`), so a queue cannot grow the list. `read()` takes the
+/// oldest unread one; an update
 /// answers the read ones whose address it covers, as C answers only its
 /// `pending_list`.
 ///
@@ -459,15 +459,12 @@ impl<const N: usize> Misses<N> {
     }
 
     /// Queue `queue` (below `N`) posts `miss`. Returns whether it is new:
-    /// `false` if the queue has one that userspace has not read yet, so
-    /// that readers are woken only for something to read. One that was read
-    /// and not answered is replaced: userspace may not have been able to
-    /// translate it then (the guest had not mapped the address yet), and
-    /// the queue, which only runs again when kicked, asks again, as the C
-    /// driver does at each attempt.
+    /// `false` if the queue has one outstanding, read or not, so that
+    /// readers are woken only for something new to read (C's
+    /// `vq->iotlb_miss`: a queue waits for the answer to its first miss).
     pub(crate) fn post(&mut self, queue: usize, miss: Miss) -> bool {
         match self.queues.get_mut(queue) {
-            Some(state @ (MissState::None | MissState::Pending(_))) => {
+            Some(state @ MissState::None) => {
                 // INVARIANT: `next_seq` moves past the number given out.
                 *state = MissState::Unread(miss, self.next_seq);
                 self.next_seq += 1;

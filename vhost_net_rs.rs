@@ -467,8 +467,7 @@ impl VhostNet {
     /// With `ACCESS_PLATFORM`, each queue gets a new, empty device IOTLB,
     /// as C's `vhost_init_device_iotlb` gives the device one; QEMU sets
     /// the features again when migration starts, and refills the table on
-    /// the misses that follow. The queues are woken so that a running one
-    /// posts its misses at once, rather than at the guest's next kick.
+    /// the misses that follow, which a queue posts when it next runs.
     fn set_features(&self, features: u64) -> Result<isize> {
         if features & !NET_FEATURES != 0 {
             return Err(eopnotsupp());
@@ -490,10 +489,6 @@ impl VhostNet {
         self.rx.lock().set_features(features, rx_table);
         self.tx.lock().set_features(features, tx_table);
         self.channel.set_enabled(platform);
-        if platform {
-            self.rx.wake();
-            self.tx.wake();
-        }
         Ok(0)
     }
 
