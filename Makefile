@@ -20,7 +20,7 @@
 #   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer;
 #                        FUZZ_TARGET=iotlb for the device IOTLB)
 #   make soak MINUTES=N  bidirectional flood with every payload checked
-#   make check-e2e       make check with the whole end-to-end set (12 guest boots)
+#   make check-e2e       make check with the whole end-to-end set (14 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make check-distro    build for Debian 13's stock kernel as a Debian user
 #                        would, boot that kernel in the VM and run the
