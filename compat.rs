@@ -13,9 +13,6 @@
 //!   `kernel::error::code`;
 //! - `kernel::sync::rcu::synchronize_rcu`;
 //! - `EBADFD` in `kernel::error::code`;
-//! - `PollCondVarBox`, a poll condition variable freed after an RCU grace
-//!   period rather than waiting for one: 7.2 has only `PollCondVar`, which
-//!   waits in its destructor, so there each close waits for a grace period;
 //! - module parameters read by value: 7.2's `value()` returns a reference;
 //! - an owner in the misc device's file operations: without it an open file
 //!   does not pin the module, and `rmmod` unloads it under the file.
@@ -73,36 +70,6 @@ pub(crate) mod code {
         )*};
     }
     net_errors!(enotsock => ENOTSOCK, enobufs => ENOBUFS, eopnotsupp => EOPNOTSUPP, ebadfd => EBADFD);
-}
-
-/// A condition variable that `poll()` can register, freed without making
-/// its owner wait for an RCU grace period where the kernel crate allows it.
-#[cfg(not(vnr_kernel_7_2))]
-pub(crate) type PollCondVarBox = kernel::sync::poll::PollCondVarBox;
-
-/// A condition variable that `poll()` can register (7.2: boxed, waiting
-/// for an RCU grace period when dropped).
-#[cfg(vnr_kernel_7_2)]
-pub(crate) struct PollCondVarBox(Pin<KBox<kernel::sync::poll::PollCondVar>>);
-
-#[cfg(vnr_kernel_7_2)]
-impl core::ops::Deref for PollCondVarBox {
-    type Target = kernel::sync::poll::PollCondVar;
-
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-/// A new [`PollCondVarBox`].
-pub(crate) fn new_poll_condvar(
-    name: &'static CStr,
-    key: Pin<&'static kernel::sync::LockClassKey>,
-) -> Result<PollCondVarBox> {
-    #[cfg(not(vnr_kernel_7_2))]
-    return Ok(kernel::sync::poll::PollCondVarBox::new(name, key)?);
-    #[cfg(vnr_kernel_7_2)]
-    return Ok(PollCondVarBox(KBox::pin_init(kernel::sync::poll::PollCondVar::new(name, key), GFP_KERNEL)?));
 }
 
 /// Waits for every RCU read-side critical section in progress to end.

@@ -28,14 +28,13 @@
 //! The channel's lock comes last: after the device's state and after a
 //! queue's lock (a worker posts with its queue locked).
 
-use crate::compat::{self, PollCondVarBox};
 use crate::iotlb::{Iotlb, Mapping, Miss, Misses, UpdateError};
+use crate::misc_node::{PollQueue, PollWait};
 use kernel::{
     alloc::KVVec,
-    fs::File,
-    new_mutex,
+    new_condvar, new_mutex,
     prelude::*,
-    sync::{poll::PollTable, Arc, Mutex},
+    sync::{Arc, CondVar, Mutex},
 };
 
 /// The queues of a device, as the channel counts them.
@@ -83,13 +82,18 @@ struct ChannelState {
 ///
 /// # Invariants
 ///
-/// `readable` is notified whenever a miss becomes readable or the IOTLB
-/// goes away, so that readers and pollers waiting on it look again.
+/// `readers` and `pollers` are woken whenever a miss becomes readable or
+/// the IOTLB goes away, so that blocked `read()`s and pollers look again.
+/// The channel belongs to one device (its queues share it) and is dropped
+/// with it, at the release of the device's file, as `pollers` requires.
 #[pin_data]
 pub(crate) struct MissChannel {
     #[pin]
     state: Mutex<ChannelState>,
-    readable: PollCondVarBox,
+    #[pin]
+    readers: CondVar,
+    #[pin]
+    pollers: PollQueue,
 }
 
 /// What a `read()` found.
@@ -103,15 +107,24 @@ pub(crate) enum ReadOutcome {
 }
 
 impl MissChannel {
+    /// The channel of one device, to be shared by its queues only.
     pub(crate) fn new() -> Result<Arc<Self>> {
-        let readable = compat::new_poll_condvar(c"vhost_net_rs_iotlb", kernel::static_lock_class!())?;
         Arc::pin_init(
             pin_init!(MissChannel {
                 state <- new_mutex!(ChannelState { misses: Misses::new(), enabled: false, batch: None }),
-                readable,
+                readers <- new_condvar!("vhost_net_rs_iotlb_readers"),
+                // SAFETY: The channel is the device's, and the device is
+                // dropped at its file's release (see the type invariants).
+                pollers <- unsafe { PollQueue::new(c"vhost_net_rs_iotlb_pollers", kernel::static_lock_class!()) },
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Wakes blocked readers and pollers.
+    fn notify(&self) {
+        self.readers.notify_all();
+        self.pollers.wake();
     }
 
     /// Queue `queue` missed: the miss is readable, unless the queue has
@@ -119,7 +132,7 @@ impl MissChannel {
     pub(crate) fn post(&self, queue: usize, miss: Miss) -> bool {
         let posted = self.state.lock().misses.post(queue, miss);
         if posted {
-            self.readable.notify_all();
+            self.notify();
         }
         posted
     }
@@ -138,7 +151,7 @@ impl MissChannel {
             if !state.enabled {
                 return Ok(ReadOutcome::NoIotlb);
             }
-            if self.readable.wait_interruptible(&mut state) {
+            if self.readers.wait_interruptible(&mut state) {
                 return Err(ERESTARTSYS);
             }
         }
@@ -189,13 +202,13 @@ impl MissChannel {
             }
             state.enabled = enabled;
         }
-        self.readable.notify_all();
+        self.notify();
     }
 
-    /// `poll()`: registers `table` on the channel and says whether a
+    /// `poll()`: registers the poller on the channel and says whether a
     /// `read()` would find a message.
-    pub(crate) fn poll(&self, file: &File, table: &PollTable<'_>) -> bool {
-        table.register_wait(file, &self.readable);
+    pub(crate) fn poll(&self, wait: &PollWait<'_>) -> bool {
+        wait.register(&self.pollers);
         self.state.lock().misses.readable()
     }
 }

@@ -28,7 +28,8 @@
 //!
 //! `unsafe` lives in the FFI wrappers only: `shim.rs`, `uaccess.rs`,
 //! `eventfd.rs`, `file_poll.rs`, `worker.rs`, `tap_glue.rs`, `misc_node.rs`
-//! and `compat.rs` (the 7.2 side of `synchronize_rcu`), plus the `unsafe impl FromBytes/AsBytes` of the ABI
+//! and `compat.rs` (the 7.2 side of `synchronize_rcu`), and one call in
+//! `device_iotlb.rs` (a poll wait queue whose lifetime it vouches for), plus the `unsafe impl FromBytes/AsBytes` of the ABI
 //! structs in `uapi.rs`. The parsers, the queue rules, the data path and this file
 //! have none.
 //!
@@ -54,7 +55,7 @@ use kernel::{
     prelude::*,
     seq_file::SeqFile,
     seq_print,
-    sync::{aref::ARef, poll::PollTable, Arc, Mutex},
+    sync::{aref::ARef, Arc, Mutex},
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -81,7 +82,7 @@ use compat::code::{ebadfd, enobufs, eopnotsupp};
 use device_iotlb::{MessageError, MissChannel, ReadOutcome};
 use dirtylog::DirtyLog;
 use eventfd::EventFd;
-use misc_node::{MiscNode, PollableDevice, VHOST_NET_MINOR};
+use misc_node::{MiscNode, PollWait, PollableDevice, VHOST_NET_MINOR};
 use memory::{MemError, Region};
 use net::{RxQueue, TxQueue};
 use uapi::*;
@@ -827,8 +828,8 @@ impl MiscDevice for VhostNet {
 impl PollableDevice for VhostNet {
     /// `EPOLLIN` while a device IOTLB miss waits to be read; never
     /// `EPOLLOUT`, as in C (a write never waits).
-    fn poll(me: Pin<&VhostNet>, file: &File, table: &PollTable<'_>) -> u32 {
-        if me.channel.poll(file, table) {
+    fn poll(me: Pin<&VhostNet>, wait: &PollWait<'_>) -> u32 {
+        if me.channel.poll(wait) {
             file_poll::POLLIN | file_poll::POLLRDNORM
         } else {
             0
