@@ -542,8 +542,14 @@ static uint64_t workers_cpu_us(int ms)
 	usleep(ms * 1000);
 	getrusage(RUSAGE_SELF, &p1);
 	getrusage(RUSAGE_THREAD, &t1);
-	return (tv_us(p1.ru_utime) + tv_us(p1.ru_stime) - tv_us(p0.ru_utime) - tv_us(p0.ru_stime)) -
-	       (tv_us(t1.ru_utime) + tv_us(t1.ru_stime) - tv_us(t0.ru_utime) - tv_us(t0.ru_stime));
+	int64_t all = (int64_t)(tv_us(p1.ru_utime) + tv_us(p1.ru_stime)) -
+		      (int64_t)(tv_us(p0.ru_utime) + tv_us(p0.ru_stime));
+	int64_t mine = (int64_t)(tv_us(t1.ru_utime) + tv_us(t1.ru_stime)) -
+		       (int64_t)(tv_us(t0.ru_utime) + tv_us(t0.ru_stime));
+
+	/* The kernel scales sampled CPU time per thread and per process
+	 * separately: the difference may come out a little below zero. */
+	return all > mine ? (uint64_t)(all - mine) : 0;
 }
 
 /* The device's fdinfo counter `name` ("iotlb_misses=") on queue q's line
