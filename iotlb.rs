@@ -581,9 +581,10 @@ impl<M: GuestMemory, T: Translate + ?Sized> GuestMemory for Translated<'_, M, T>
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError> {
         let mut done = 0usize;
         self.space.for_each_piece(addr, buf.len() as u64, Access::Read, |seg: Segment| {
-            // `seg.len` is at most what is left of `buf`.
-            let end = done + seg.len as usize;
-            self.mem.read(seg.uaddr, &mut buf[done..end])?;
+            // The pieces add up to the length asked for; one that would
+            // not is refused, not trusted.
+            let end = usize::try_from(seg.len).ok().and_then(|n| done.checked_add(n)).ok_or(VringError::NotMapped)?;
+            self.mem.read(seg.uaddr, buf.get_mut(done..end).ok_or(VringError::NotMapped)?)?;
             done = end;
             Ok(())
         })
@@ -609,8 +610,8 @@ impl<M: GuestMemory, T: Translate + ?Sized> GuestMemory for Translated<'_, M, T>
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError> {
         let mut done = 0usize;
         self.space.for_each_piece(addr, buf.len() as u64, Access::Write, |seg: Segment| {
-            let end = done + seg.len as usize;
-            self.mem.write(seg.uaddr, &buf[done..end])?;
+            let end = usize::try_from(seg.len).ok().and_then(|n| done.checked_add(n)).ok_or(VringError::NotMapped)?;
+            self.mem.write(seg.uaddr, buf.get(done..end).ok_or(VringError::NotMapped)?)?;
             done = end;
             Ok(())
         })
