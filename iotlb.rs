@@ -149,16 +149,43 @@ pub(crate) enum UpdateError {
 /// that overlaps its range, whole, and a full table retires its oldest
 /// mapping to take a new one.
 ///
+/// Lookups remember where they landed ([`Hit`]): a run of a worker
+/// touches a few pages over and over (the avail ring, the descriptor
+/// table, the used ring and the current buffer), which the C driver keeps
+/// in its per-queue `meta_iotlb` cache.
+///
 /// # Invariants
 ///
 /// `slots[..len]` are valid [`Mapping`]s, sorted by `(start, seq)`, each
 /// with its `reach`; `len <= slots.len()`; every `seq` is below `next_seq`.
+/// Every [`Hit`] in `hits` is empty or holds an index below `len` and a
+/// range of addresses for which [`Iotlb::find`]'s search gives that
+/// mapping.
 pub(crate) struct Iotlb<S> {
     slots: S,
     len: usize,
     next_seq: u64,
     /// The miss or refusal the last failed translation stopped at.
     last_fault: Cell<Option<TranslateError>>,
+    /// Recent lookups, the most recent first.
+    hits: [Cell<Hit>; HITS],
+}
+
+/// How many lookups [`Iotlb`] remembers: the four pages a run touches
+/// most.
+const HITS: usize = 4;
+
+/// A lookup [`Iotlb`] remembers: every address in `[low, high]` finds the
+/// mapping at `index`. Empty when `low > high`.
+#[derive(Clone, Copy)]
+struct Hit {
+    low: u64,
+    high: u64,
+    index: usize,
+}
+
+impl Hit {
+    const EMPTY: Hit = Hit { low: 1, high: 0, index: 0 };
 }
 
 impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
@@ -166,7 +193,7 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     /// contents are overwritten).
     pub(crate) fn new(slots: S) -> Self {
         // INVARIANT: no mapping yet.
-        Iotlb { slots, len: 0, next_seq: 0, last_fault: Cell::new(None) }
+        Iotlb { slots, len: 0, next_seq: 0, last_fault: Cell::new(None), hits: [const { Cell::new(Hit::EMPTY) }; HITS] }
     }
 
     /// The miss or refusal ([`TranslateError::Miss`] or
@@ -195,8 +222,9 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     /// Removes every mapping.
     #[allow(dead_code)] // The host tests' and fuzzers'.
     pub(crate) fn clear(&mut self) {
-        // INVARIANT: no mapping is left to be out of order.
+        // INVARIANT: no mapping is left to be out of order, and no hit.
         self.len = 0;
+        self.forget_hits();
     }
 
     /// `VHOST_IOTLB_UPDATE`: maps `[iova, iova + size)` to `uaddr` with the
@@ -268,8 +296,11 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
         self.fix_reach(index);
     }
 
-    /// Recomputes `reach` from `from` on.
+    /// Recomputes `reach` from `from` on. Every change to the table ends
+    /// here, so the remembered lookups go too.
     fn fix_reach(&mut self, from: usize) {
+        // INVARIANT: no hit is left to name a moved or removed mapping.
+        self.forget_hits();
         let mut reach = if from == 0 { 0 } else { self.slots[from - 1].reach };
         for m in &mut self.slots[from..self.len] {
             reach = core::cmp::max(reach, m.last);
@@ -281,11 +312,50 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     /// with the lowest start, the oldest on a tie. That is the first
     /// mapping whose `reach` gets to `iova` (every mapping before it ends
     /// below `iova`), if it starts at or below `iova`.
+    ///
+    /// A recent lookup that covers `iova` answers first; a search that
+    /// finds a mapping is remembered, the least recent one forgotten.
     pub(crate) fn find(&self, iova: u64) -> Option<&Mapping> {
         let mappings = self.mappings();
+        for (at, cell) in self.hits.iter().enumerate() {
+            let hit = cell.get();
+            if hit.low <= iova && iova <= hit.high {
+                // The most recent first.
+                for later in (1..=at).rev() {
+                    self.hits[later].set(self.hits[later - 1].get());
+                }
+                self.hits[0].set(hit);
+                // The index is below `len` (type invariant); `get` keeps
+                // a broken invariant a miss, not a panic.
+                return mappings.get(hit.index);
+            }
+        }
         let index = mappings.partition_point(|m| m.reach < iova);
         let mapping = mappings.get(index)?;
-        mapping.contains(iova).then_some(mapping)
+        if !mapping.contains(iova) {
+            return None;
+        }
+        // The search gives this mapping for every address from `low` to
+        // its last: every mapping before it reaches below `low`, and from
+        // `iova` on its own `reach` covers its last. Below `iova`, one
+        // before it may reach further down than `iova` but not to `low`.
+        let low = match index.checked_sub(1).and_then(|before| mappings.get(before)) {
+            Some(before) => core::cmp::max(mapping.start, before.reach.saturating_add(1)),
+            None => mapping.start,
+        };
+        for later in (1..HITS).rev() {
+            self.hits[later].set(self.hits[later - 1].get());
+        }
+        // INVARIANT: `index < len`, and the range is the one argued above.
+        self.hits[0].set(Hit { low, high: mapping.last, index });
+        Some(mapping)
+    }
+
+    /// Forgets the remembered lookups.
+    fn forget_hits(&self) {
+        for cell in &self.hits {
+            cell.set(Hit::EMPTY);
+        }
     }
 }
 

@@ -277,3 +277,35 @@ fn log_aliases_of_owner_memory() {
     );
     assert_eq!(for_each_alias::<TranslateError>(&regions, u64::MAX, 2, |_, _| Ok(())), Err(TranslateError::NotMapped));
 }
+
+/// A remembered lookup answers only where the search would give the same
+/// mapping: below the address that found it, an older overlapping mapping
+/// with a lower start may hold the address, and wins. Any change to the
+/// table forgets what was remembered.
+#[test]
+fn remembered_lookups_agree_with_the_search() {
+    let mut t = table(8);
+    t.update(0x0, 0x3000, 0x7000_0000, RW, USER_LIMIT).unwrap();
+    t.update(0x1000, 0x4000, 0x7100_0000, RW, USER_LIMIT).unwrap();
+    // 0x3800 is in the second mapping only; 0x1800 in both, and the first
+    // (lowest start) translates it.
+    assert_eq!(t.find(0x3800).map(|m| m.uaddr()), Some(0x7100_0000));
+    assert_eq!(t.find(0x1800).map(|m| m.uaddr()), Some(0x7000_0000));
+    assert_eq!(t.find(0x2fff).map(|m| m.uaddr()), Some(0x7000_0000));
+    assert_eq!(t.find(0x3000).map(|m| m.uaddr()), Some(0x7100_0000));
+    // Five pages in turn, more than are remembered, twice over.
+    for _ in 0..2 {
+        for page in 0..5u64 {
+            let want = if page < 3 { 0x7000_0000 } else { 0x7100_0000 };
+            assert_eq!(t.find(page << 12).map(|m| m.uaddr()), Some(want), "page {page}");
+        }
+    }
+    // Gone at once after an invalidation, and a new mapping is seen.
+    assert_eq!(t.invalidate(0x0, 1), 1);
+    assert_eq!(t.find(0x1800).map(|m| m.uaddr()), Some(0x7100_0000));
+    assert_eq!(t.find(0x800), None);
+    t.update(0x0, 0x2000, 0x7200_0000, ACCESS_RO, USER_LIMIT).unwrap();
+    assert_eq!(t.find(0x1800).map(|m| m.uaddr()), Some(0x7200_0000));
+    t.clear();
+    assert_eq!(t.find(0x1800), None);
+}
