@@ -117,7 +117,7 @@ g_start() {
 		# Interrupt remapping needs the split irqchip under KVM.
 		[ "$(g_accel)" = kvm ] && machine+=",kernel-irqchip=split"
 		# The IOMMU must exist before the devices behind it.
-		iommu=(-device intel-iommu,intremap=on,device-iotlb=on)
+		iommu=(-device "intel-iommu,intremap=on,device-iotlb=on")
 		# A modern-only device: a legacy one cannot have iommu_platform.
 		nic+=",disable-legacy=on,iommu_platform=on,ats=on"
 	fi
@@ -145,6 +145,7 @@ g_wait() {
 	while [ $((SECONDS - t0)) -lt "$G_BOOT_TIMEOUT" ]; do
 		if ! kill -0 "$G_PID" 2>/dev/null; then
 			echo "QEMU exited: $(tail -n 5 "$G_LOG.qemu" 2>/dev/null)" >&2
+			g_oops >&2
 			return 1
 		fi
 		if grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null && ping -c 1 -W 1 "$G_GUEST_IP" >/dev/null 2>&1; then
@@ -155,6 +156,12 @@ g_wait() {
 	done
 	echo "guest did not come up in ${G_BOOT_TIMEOUT}s; console: $(tail -n 5 "$G_LOG")" >&2
 	return 1
+}
+
+# g_oops: the guest kernel's oops or panic report on its console, if any
+# (up to 60 lines from its first line), for a test's failure message.
+g_oops() {
+	sed -n '/BUG: \|Oops\|general protection\|Kernel panic/,$p' "$G_LOG" 2>/dev/null | head -n 60
 }
 
 g_stop() {
