@@ -145,7 +145,7 @@ g_wait() {
 	while [ $((SECONDS - t0)) -lt "$G_BOOT_TIMEOUT" ]; do
 		if ! kill -0 "$G_PID" 2>/dev/null; then
 			echo "QEMU exited: $(tail -n 5 "$G_LOG.qemu" 2>/dev/null)" >&2
-			g_oops >&2
+			g_oops | sed 's/^/# /' >&2
 			return 1
 		fi
 		if grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null && ping -c 1 -W 1 "$G_GUEST_IP" >/dev/null 2>&1; then
@@ -155,6 +155,7 @@ g_wait() {
 		sleep 1
 	done
 	echo "guest did not come up in ${G_BOOT_TIMEOUT}s; console: $(tail -n 5 "$G_LOG")" >&2
+	g_oops | sed 's/^/# /' >&2
 	return 1
 }
 

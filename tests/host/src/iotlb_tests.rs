@@ -284,7 +284,7 @@ fn log_aliases_of_owner_memory() {
 /// table forgets what was remembered.
 #[test]
 fn remembered_lookups_agree_with_the_search() {
-    let mut t = table(8);
+    let mut t = table(16);
     t.update(0x0, 0x3000, 0x7000_0000, RW, USER_LIMIT).unwrap();
     t.update(0x1000, 0x4000, 0x7100_0000, RW, USER_LIMIT).unwrap();
     // 0x3800 is in the second mapping only; 0x1800 in both, and the first
@@ -293,12 +293,19 @@ fn remembered_lookups_agree_with_the_search() {
     assert_eq!(t.find(0x1800).map(|m| m.uaddr()), Some(0x7000_0000));
     assert_eq!(t.find(0x2fff).map(|m| m.uaddr()), Some(0x7000_0000));
     assert_eq!(t.find(0x3000).map(|m| m.uaddr()), Some(0x7100_0000));
-    // Five pages in turn, more than are remembered, twice over.
-    for _ in 0..2 {
-        for page in 0..5u64 {
-            let want = if page < 3 { 0x7000_0000 } else { 0x7100_0000 };
-            assert_eq!(t.find(page << 12).map(|m| m.uaddr()), Some(want), "page {page}");
+    // Six one-page mappings looked up in turn, more than are remembered,
+    // three times over: each lookup evicts one, and every answer stays
+    // right.
+    for page in 0..6u64 {
+        t.update(0x10_0000 + (page << 12), 0x1000, 0x7300_0000 + (page << 16), RW, USER_LIMIT).unwrap();
+    }
+    for _ in 0..3 {
+        for page in 0..6u64 {
+            let got = t.find(0x10_0000 + (page << 12) + 0x10).map(|m| m.uaddr());
+            assert_eq!(got, Some(0x7300_0000 + (page << 16)), "page {page}");
         }
+        assert_eq!(t.find(0x1800).map(|m| m.uaddr()), Some(0x7000_0000));
+        assert_eq!(t.find(0x10_6000), None);
     }
     // Gone at once after an invalidation, and a new mapping is seen.
     assert_eq!(t.invalidate(0x0, 1), 1);
