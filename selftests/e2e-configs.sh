@@ -14,7 +14,9 @@
 #               Three guests: QEMU's fds=,vhostfds= form on vhost-net-rs and
 #               on C, and the drop-in form (QEMU opens /dev/vhost-net
 #               itself, served by vhost-net-rs loaded with drop_in=1).
-#   ring reset  in each multiqueue guest, under 200 pings a second,
+#   ring reset  in the multiqueue guests of the fds= form (vhost-net-rs
+#               and C; the drop-in guest skips it, to save minutes under
+#               TCG), under 200 pings a second,
 #               `ethtool -G eth0 rx 128` then `tx 128` (a per-queue reset of
 #               every queue, VIRTIO_F_RING_RESET): the rings shrink while
 #               the pings run, traffic resumes, and the pings lose no more
@@ -162,10 +164,10 @@ guest_queue_counts() {
 }
 
 # shellcheck disable=SC2034  # MQ_LOSS is read through compare_loss's nameref
-# mq_guest LABEL PATH COUNTERS: a queues=4 guest on PATH. COUNTERS=1 if
+# mq_guest LABEL PATH COUNTERS RESET: a queues=4 guest on PATH. COUNTERS=1 if
 # vhost-net-rs serves its vhost fds (their counters are checked too).
 mq_guest() {
-	local label=$1 path=$2 counters=$3 out fds=() fd idle='' pings_pid overlapped took r_pings after r tx rx name value bad=''
+	local label=$1 path=$2 counters=$3 reset=$4 out fds=() fd idle='' after name value bad=''
 	declare -A rx0 tx0 q0
 	G_QUEUES=$QUEUES g_tap_up || { vnr_fail "${label}_setup" "no multi_queue tap"; return; }
 	G_QUEUES=$QUEUES boot "$label" "$path" || return
@@ -207,7 +209,16 @@ mq_guest() {
 		fi
 	fi
 	MQ_LOSS[$label]=$(flood_loss)
+	if [ "$reset" = 1 ]; then mq_reset "$label"; fi
+	g_stop
+	g_tap_down
+}
 
+# shellcheck disable=SC2034  # RESET_LOSS is read through compare_loss's nameref
+# mq_reset LABEL: the ring reset of every queue of the running queues=4
+# guest, under traffic; then 100 pings must all come back.
+mq_reset() {
+	local label=$1 pings_pid overlapped took r_pings out r tx rx value
 	# Ring reset under traffic: 200 pings a second (a packet every 5 ms
 	# reaches the queues while each one is stopped and restarted), which
 	# run until two seconds after the resets (SIGALRM ends ping with its
@@ -219,9 +230,10 @@ mq_guest() {
 	sleep 1
 	took=$SECONDS
 	# Each reset stops and restarts four queue pairs; under TCG that has
-	# taken 37 s and more, so the limit is wider than g_run's default:
-	# what is checked is the result, not the time.
-	out=$(G_RUN_TIMEOUT=400 g_run 'ethtool -G eth0 rx 128 && ethtool -G eth0 tx 128 && ethtool -g eth0')
+	# taken from 37 s to over 400 s (on C as here), so the limit is much
+	# wider than g_run's default: what is checked is the result, not the
+	# time.
+	out=$(G_RUN_TIMEOUT=700 g_run 'ethtool -G eth0 rx 128 && ethtool -G eth0 tx 128 && ethtool -g eth0')
 	r=$?
 	took=$((SECONDS - took))
 	overlapped=no
@@ -245,8 +257,6 @@ mq_guest() {
 	read -r tx rx _ <<<"$r"
 	if [ "$tx" = 100 ] && [ "$rx" = 100 ]; then vnr_pass "${label}_traffic_resumes_after_reset" "$r"
 	else vnr_fail "${label}_traffic_resumes_after_reset" "$r"; fi
-	g_stop
-	g_tap_down
 }
 
 # compare_loss NAME TABLE LABEL POINTS: TABLE[LABEL] within POINTS of TABLE[mq_c].
@@ -261,15 +271,17 @@ compare_loss() {
 }
 
 if wanted multiqueue; then
-	mq_guest mq_rs rs 1
-	mq_guest mq_c c 0
+	mq_guest mq_rs rs 1 1
+	mq_guest mq_c c 0 1
 
 	# The drop-in form: the C driver gives minor 238 back, vhost-net-rs
 	# takes it.
 	rmmod vhost_net_rs 2>/dev/null
 	rmmod vhost_net 2>/dev/null
 	if insmod "$KO" drop_in=1 && vnr_wait_node /dev/vhost-net; then
-		mq_guest mq_dropin node 1
+		# No ring reset here: vhost-net-rs serves it as in mq_rs, and
+		# under TCG the resets take minutes.
+		mq_guest mq_dropin node 1 0
 	else
 		vnr_fail "mq_dropin_setup" "insmod drop_in=1 failed: $(dmesg | tail -n 3)"
 	fi
@@ -336,6 +348,5 @@ if wanted multiqueue; then
 	compare_loss mq_rs_flood_loss_within_2pp_of_c MQ_LOSS mq_rs 2
 	compare_loss mq_dropin_flood_loss_within_2pp_of_c MQ_LOSS mq_dropin 2
 	compare_loss mq_rs_reset_loss_within_1pp_of_c RESET_LOSS mq_rs 1
-	compare_loss mq_dropin_reset_loss_within_1pp_of_c RESET_LOSS mq_dropin 1
 fi
 vnr_ktap_finish
