@@ -320,11 +320,7 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
         for (at, cell) in self.hits.iter().enumerate() {
             let hit = cell.get();
             if hit.low <= iova && iova <= hit.high {
-                // The most recent first.
-                for later in (1..=at).rev() {
-                    self.hits[later].set(self.hits[later - 1].get());
-                }
-                self.hits[0].set(hit);
+                self.remember(at, hit);
                 // The index is below `len` (type invariant); `get` keeps
                 // a broken invariant a miss, not a panic.
                 return mappings.get(hit.index);
@@ -343,12 +339,18 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
             Some(before) => core::cmp::max(mapping.start, before.reach.saturating_add(1)),
             None => mapping.start,
         };
-        for later in (1..HITS).rev() {
+        // INVARIANT: `index < len`, and the range is the one argued above.
+        self.remember(HITS - 1, Hit { low, high: mapping.last, index });
+        Some(mapping)
+    }
+
+    /// Puts `hit` first, moving the hits before position `from` one down
+    /// (the one at `from` goes: `hit` itself, or the least recent).
+    fn remember(&self, from: usize, hit: Hit) {
+        for later in (1..=from).rev() {
             self.hits[later].set(self.hits[later - 1].get());
         }
-        // INVARIANT: `index < len`, and the range is the one argued above.
-        self.hits[0].set(Hit { low, high: mapping.last, index });
-        Some(mapping)
+        self.hits[0].set(hit);
     }
 
     /// Forgets the remembered lookups.
