@@ -37,6 +37,8 @@ pub(crate) const DESC_SIZE: u64 = 16;
 const USED_ELEM_SIZE: u64 = 8;
 /// Used elements written in one user copy (256 bytes of stack).
 const USED_CHUNK: usize = 32;
+/// Avail-ring heads read ahead in one user copy (see [`AvailHeads`]).
+const HEAD_AHEAD: usize = 16;
 
 /// Largest ring: a split ring's `num` is a power of two that fits the
 /// 16-bit indices, a packed ring's fits the 15 bits of a position.
@@ -260,6 +262,35 @@ pub(crate) struct RingFeatures {
     pub(crate) in_order: bool,
 }
 
+/// Avail-ring entries read ahead: the heads at avail positions
+/// `at..at + len` (modulo 2^16), all below the `avail->idx` that was read
+/// before them. The driver does not rewrite an entry it made available
+/// until the device has used it, so these stay what the ring holds; one
+/// user copy replaces a 16-bit load per chain (C reads each head on its
+/// own, `vhost_get_avail_head`).
+///
+/// # Invariants
+///
+/// `len <= HEAD_AHEAD`.
+#[derive(Clone, Copy, Debug, Default)]
+struct AvailHeads {
+    heads: [u16; HEAD_AHEAD],
+    at: u16,
+    len: u16,
+}
+
+impl AvailHeads {
+    /// The head at avail position `idx`, if it was read ahead.
+    fn get(&self, idx: u16) -> Option<u16> {
+        let offset = idx.wrapping_sub(self.at);
+        if offset < self.len {
+            self.heads.get(usize::from(offset)).copied()
+        } else {
+            None
+        }
+    }
+}
+
 /// The device side of one split virtqueue.
 ///
 /// # Invariants
@@ -288,6 +319,8 @@ pub(crate) struct Vring {
     /// The used ring's guest-physical address, if its writes are logged
     /// (`VHOST_VRING_F_LOG`, `log_guest_addr`).
     used_log: Option<u64>,
+    /// Heads from `last_avail_idx` on, read ahead of `pop`.
+    ahead: AvailHeads,
 }
 
 /// Where a ring lives and where it resumes: what `Vring::new` needs.
@@ -331,6 +364,7 @@ impl Vring {
             signalled_used: 0,
             signalled_used_valid: false,
             used_log: layout.used_log,
+            ahead: AvailHeads::default(),
         })
     }
 
@@ -447,15 +481,43 @@ impl Vring {
                 return Ok(None);
             }
         }
-        // Read the ring entry only after seeing the index that covers it.
-        mem.rmb();
-        let head = mem.read_u16(self.avail_ring_addr(self.last_avail_idx))?;
+        let head = self.avail_head(mem)?;
         if head > self.mask {
             return Err(VringError::BadHead);
         }
         let chain = self.walk(mem, space, head, iov)?;
         self.last_avail_idx = self.last_avail_idx.wrapping_add(1);
         Ok(Some(chain))
+    }
+
+    /// The head at avail position `last_avail_idx`, which `avail_idx`
+    /// covers: read ahead earlier, or now with the ones after it, up to
+    /// [`HEAD_AHEAD`], the last one `avail_idx` covers, and the end of the
+    /// ring.
+    fn avail_head<M: GuestMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+        if let Some(head) = self.ahead.get(self.last_avail_idx) {
+            return Ok(head);
+        }
+        let pending = usize::from(self.avail_idx.wrapping_sub(self.last_avail_idx));
+        let to_end = self.num64() - u64::from(self.last_avail_idx & self.mask);
+        let count = pending.min(HEAD_AHEAD).min(to_end as usize);
+        // Read the ring entries only after seeing the index that covers
+        // them.
+        mem.rmb();
+        let addr = self.avail_ring_addr(self.last_avail_idx);
+        if count <= 1 {
+            return mem.read_u16(addr);
+        }
+        let mut bytes = [0u8; 2 * HEAD_AHEAD];
+        let bytes = bytes.get_mut(..2 * count).ok_or(VringError::Fault)?;
+        mem.read(addr, bytes)?;
+        let mut heads = [0u16; HEAD_AHEAD];
+        for (k, head) in heads.iter_mut().enumerate().take(count) {
+            *head = u16::from_le_bytes([bytes[2 * k], bytes[2 * k + 1]]);
+        }
+        // INVARIANT: `count <= HEAD_AHEAD`.
+        self.ahead = AvailHeads { heads, at: self.last_avail_idx, len: count as u16 };
+        Ok(heads[0])
     }
 
     /// Puts the last popped chains back (for example when the backend could

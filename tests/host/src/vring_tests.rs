@@ -478,3 +478,82 @@ fn pops_through_the_device_iotlb() {
     assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied));
     assert_eq!(tlb.last_fault(), Some(TranslateError::Denied { iova: IOVA + 0x10, access: Access::Write }));
 }
+
+/// One readable descriptor per head `0..n`, each 16 bytes at its own page.
+fn one_desc_chains(r: &Rig, n: u16) {
+    for i in 0..n {
+        r.desc(DESC, i, 0x8000 + 0x1000 * u64::from(i), 16, 0, 0);
+    }
+}
+
+#[test]
+fn heads_are_never_read_ahead_past_avail_idx() {
+    let mut r = rig(64, f());
+    one_desc_chains(&r, 64);
+    // Three heads made available; the slots after them hold what a stale
+    // read-ahead would return: a head out of range.
+    for slot in 0..20 {
+        r.avail(slot, 63, 0);
+    }
+    for (slot, head) in [(0u16, 5u16), (1, 6), (2, 7)] {
+        r.avail(slot, head, 3);
+    }
+    for want in [5, 6, 7] {
+        assert_eq!(r.pop().unwrap().unwrap().head, want);
+    }
+    assert_eq!(r.pop().unwrap(), None);
+    // The driver publishes more; they must be read now, not taken from
+    // before.
+    for (slot, head) in [(3u16, 9u16), (4, 10), (5, 11), (6, 12)] {
+        r.avail(slot, head, slot + 1);
+    }
+    for want in [9, 10, 11, 12] {
+        assert_eq!(r.pop().unwrap().unwrap().head, want);
+    }
+    assert_eq!(r.pop().unwrap(), None);
+}
+
+#[test]
+fn read_ahead_heads_wrap_the_ring_and_survive_unpop() {
+    let num = 8u16;
+    let mut r = rig(u32::from(num), f());
+    one_desc_chains(&r, num);
+    let start = 65530u16;
+    r.ring = Vring::resume(RingLayout { num: u32::from(num), desc: DESC, avail: AVAIL, used: USED, used_log: None }, start, start, f())
+        .unwrap();
+    // Eight heads from position 65530: slots 2..8 then 0..2, crossing both
+    // the ring's end and the 16-bit wrap.
+    let heads: Vec<u16> = (0..num).map(|k| (k * 3) % num).collect();
+    for (k, head) in heads.iter().enumerate() {
+        let idx = start.wrapping_add(k as u16);
+        r.avail(idx, *head, start.wrapping_add(num));
+    }
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(r.pop().unwrap().unwrap().head);
+    }
+    // Two go back (the backend could not take them), and come out again.
+    r.ring.unpop(2);
+    assert_eq!(r.ring.last_avail_idx(), start.wrapping_add(1));
+    got.truncate(1);
+    while let Some(chain) = r.pop().unwrap() {
+        got.push(chain.head);
+    }
+    assert_eq!(got, heads);
+    assert_eq!(r.ring.last_avail_idx(), start.wrapping_add(num));
+}
+
+#[test]
+fn a_fault_reading_heads_ahead_consumes_nothing() {
+    // The avail ring's entries past the first page of memory: the ring
+    // starts 4 bytes before the end, so its entries fault.
+    let avail = BASE + MEM as u64 - 4;
+    let mem = TestMem::new(BASE, MEM);
+    let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
+    validate(&mut regions, 64).unwrap();
+    let mut ring = Vring::resume(RingLayout { num: 8, desc: DESC, avail, used: USED, used_log: None }, 0, 0, f()).unwrap();
+    mem.put_u16(avail + 2, 4);
+    let mut iov = vec![Iov::default(); MAX_SEGMENTS];
+    assert_eq!(ring.pop(&mem, &regions[..], &mut iov), Err(VringError::Fault));
+    assert_eq!(ring.last_avail_idx(), 0);
+}
