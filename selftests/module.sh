@@ -18,7 +18,7 @@ modinfo_ok() {
 }
 
 vnr_ktap_start
-ktap_set_plan 10
+ktap_set_plan 11
 if vnr_loaded vhost_net_rs; then
 	vnr_detail "vhost_net_rs was loaded: unloading it first"
 	rmmod vhost_net_rs || vnr_detail "rmmod failed (in use?): insmod below will fail"
@@ -55,18 +55,36 @@ vnr_wait_node "$DEV"
 # distribution kernel (scripts/distro-test) the install went into this
 # VM's own root: VNR_INSTALL_ROOT=/.
 ROOT_DIR=${VNR_INSTALL_ROOT:-$here/build/root}
+# Where tun is a module (the test kernel, as distributions build it), depmod
+# recorded it as the module's dependency and modprobe must load it first:
+# it is unloaded beforehand when nothing holds it.
+tun_dep() { modprobe -d "$ROOT_DIR" --show-depends vhost_net_rs 2>/dev/null | grep -q '/tun\.ko'; }
+tun_note=
 modprobe_from_root() {
 	rmmod vhost_net_rs || return 1
+	if vnr_loaded tun && ! rmmod tun 2>/dev/null; then tun_note="tun was in use before modprobe"; fi
 	modprobe -d "$ROOT_DIR" vhost_net_rs || return 1
 	vnr_loaded vhost_net_rs && vnr_wait_node "$DEV" &&
 		[ "$(cat /sys/module/vhost_net_rs/version 2>/dev/null)" = "$(cat "$here/../VERSION")" ]
 }
 if [ ! -d "$ROOT_DIR/lib/modules/$(uname -r)" ]; then
 	vnr_skip "modprobe_after_make_install" "no install root for $(uname -r) (selftests/run makes it)"
+	vnr_skip "modprobe_loaded_tun_first" "no install root"
 elif modprobe_from_root; then
 	vnr_pass "modprobe_after_make_install" "version $(cat /sys/module/vhost_net_rs/version)"
+	if ! tun_dep; then
+		if grep -q '^CONFIG_TUN=m' "${KDIR:-/nonexistent}/.config" 2>/dev/null; then
+			vnr_fail "modprobe_loaded_tun_first" "tun is a module but not a dependency in $ROOT_DIR's modules.dep"
+		else
+			vnr_skip "modprobe_loaded_tun_first" "tun is not a module here"
+		fi
+	elif [ -n "$tun_note" ]; then vnr_skip "modprobe_loaded_tun_first" "$tun_note"
+	elif vnr_loaded tun; then vnr_pass "modprobe_loaded_tun_first"
+	else vnr_fail "modprobe_loaded_tun_first" "tun is not loaded"; fi
 else
 	vnr_fail "modprobe_after_make_install" "$(modprobe -d "$ROOT_DIR" -n -v vhost_net_rs 2>&1 | tr '\n' '|')"
+	vnr_skip "modprobe_loaded_tun_first" "modprobe failed"
+	vnr_loaded tun || modprobe -q tun 2>/dev/null || insmod "${KDIR:-}/drivers/net/tun.ko" 2>/dev/null
 	vnr_loaded vhost_net_rs || insmod "$KO"
 fi
 vnr_ktap_finish

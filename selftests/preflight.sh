@@ -12,7 +12,10 @@
 #   - the built module's modinfo version, VERSION and dkms.conf agree;
 #   - `make install` into a scratch root puts the module, the udev rule,
 #     the modprobe options and the modules-load.d entry in place and
-#     depmod indexes the module; `make uninstall` takes them away again.
+#     depmod indexes the module, with tun as its dependency where tun is a
+#     module (the kernel's own modules are installed there first), and the
+#     module carries symbol versions where the tree has MODVERSIONS;
+#     `make uninstall` takes them away again.
 #     The root is left in selftests/build/root for module.sh, which loads
 #     the module from it with modprobe in the VM;
 #   - without root or without the device node, a C selftest skips as a
@@ -78,6 +81,28 @@ rm -rf "$root"
 files=("lib/modules/$rel/extra/vhost-net-rs.ko" etc/udev/rules.d/99-vhost-net-rs.rules
 	etc/modprobe.d/vhost-net-rs.conf etc/modules-load.d/vhost-net-rs.conf)
 ilog=$work/install.log
+# The kernel's own modules go in first, as a distribution's are installed
+# before an out-of-tree one: where tun is a module, depmod then records it
+# as the module's dependency, and module.sh checks that modprobe loads it.
+if grep -q '=m$' "$KDIR/.config"; then
+	# shellcheck source=../scripts/lib.sh
+	. scripts/lib.sh
+	mapfile -t kflags < <(vnr_kmake_flags)
+	if ! make -s -C "$KDIR" "${kflags[@]}" INSTALL_MOD_PATH="$root" modules_install >"$ilog" 2>&1; then
+		notok kernel_modules_staged "$(tail -n 5 "$ilog" | tr '\n' '|')"
+	elif grep -q '^CONFIG_TUN=m' "$KDIR/.config" && [ -z "$(find "$root/lib/modules/$rel/kernel" -name 'tun.ko*')" ]; then
+		notok kernel_modules_staged "tun is a module in $KDIR but was not installed"
+	else
+		ok kernel_modules_staged
+	fi
+fi
+# With MODVERSIONS (as Ubuntu and Fedora build their kernels; with Rust it
+# takes gendwarfksyms) every kernel symbol the module uses carries its CRC.
+if grep -q '^CONFIG_MODVERSIONS=y' "$KDIR/.config"; then
+	nver=$(modprobe --dump-modversions vhost-net-rs.ko 2>/dev/null | wc -l)
+	if [ "$nver" -gt 0 ]; then ok "module_has_symbol_versions $nver"
+	else notok module_has_symbol_versions "no __versions in vhost-net-rs.ko, built against $KDIR"; fi
+fi
 # DESTDIR alone must also move the module tree (INSTALL_MOD_PATH defaults to it).
 if ! make -s KDIR="$KDIR" CLIPPY=1 DESTDIR="$root" install >"$ilog" 2>&1; then
 	notok make_install "$(tail -n 5 "$ilog" | tr '\n' '|')"
@@ -87,6 +112,8 @@ else
 	for f in "${files[@]}"; do [ -f "$root/$f" ] || missing+=" $f"; done
 	if [ -n "$missing" ]; then notok make_install "missing:$missing"
 	elif ! grep -q '^extra/vhost-net-rs.ko:' "$root/lib/modules/$rel/modules.dep"; then notok make_install "not in modules.dep"
+	elif grep -q '^CONFIG_TUN=m' "$KDIR/.config" && ! grep -q '^extra/vhost-net-rs.ko:.*/tun\.ko' "$root/lib/modules/$rel/modules.dep"; then
+		notok make_install "tun is a module but modules.dep does not list it as a dependency"
 	else ok make_install; fi
 	# A second root for uninstall, so that module.sh keeps the first.
 	cp -a "$root" "$work/root2"
