@@ -25,7 +25,7 @@
 //! host), allocated once at its full size.
 
 use crate::memory::{Access, Segment, Translate, TranslateError};
-use crate::vring::{GuestMemory, VringError};
+use crate::vring::{read_16_flags_first, GuestMemory, VringError};
 use core::cell::Cell;
 use core::ops::DerefMut;
 
@@ -613,6 +613,17 @@ pub(crate) struct Translated<'a, M, T: ?Sized> {
 }
 
 impl<'a, M: GuestMemory, T: Translate + ?Sized> Translated<'a, M, T> {
+    /// The owner address of the 16 bytes at `addr`, if one mapping holds
+    /// them all (nearly always, for a descriptor).
+    fn one_piece_16(&self, addr: u64) -> Result<Option<u64>, VringError> {
+        let mut uaddr = None;
+        self.space.for_each_piece(addr, 16, Access::Read, |seg: Segment| {
+            uaddr = (seg.len == 16).then_some(seg.uaddr);
+            Ok::<(), VringError>(())
+        })?;
+        Ok(uaddr)
+    }
+
     pub(crate) fn new(mem: &'a M, space: &'a T) -> Self {
         Translated { mem, space }
     }
@@ -664,18 +675,21 @@ impl<M: GuestMemory, T: Translate + ?Sized> GuestMemory for Translated<'_, M, T>
 
     fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
         // A descriptor in one mapping (nearly always) takes the fast read.
-        let mut uaddr = None;
-        self.space.for_each_piece(addr, 16, Access::Read, |seg: Segment| {
-            uaddr = (seg.len == 16).then_some(seg.uaddr);
-            Ok::<(), VringError>(())
-        })?;
-        match uaddr {
+        match self.one_piece_16(addr)? {
             Some(uaddr) => self.mem.read_16(uaddr),
             None => {
                 let mut bytes = [0u8; 16];
                 self.read(addr, &mut bytes)?;
                 Ok(bytes)
             }
+        }
+    }
+
+    fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], VringError> {
+        match self.one_piece_16(addr)? {
+            Some(uaddr) => self.mem.read_16_acquire(uaddr),
+            // Across mappings: the flags on their own first.
+            None => read_16_flags_first(self, addr),
         }
     }
 

@@ -339,13 +339,13 @@ impl PackedRing {
         iov: &mut [Iov],
     ) -> Result<Option<Chain>, VringError> {
         let first = self.next_avail;
-        if !self.avail_at(mem, first)? {
+        // The descriptor's other fields are read after the flags that made
+        // it available, and so is the rest of the chain, which the driver
+        // wrote before them.
+        let mut desc = PackedDesc::parse(&mem.read_16_acquire(self.desc_addr(first.index))?);
+        if !is_avail(desc.flags, first.wrap) {
             return Ok(None);
         }
-        // The descriptor's other fields only after the flags that made it
-        // available, and the rest of the chain, which the driver wrote
-        // before them.
-        mem.rmb();
         let mut builder = ChainBuilder::new(space, iov);
         // A chain cannot hold more positions than the ring has free: a
         // longer one never ends (NEXT all round the ring).
@@ -356,7 +356,9 @@ impl PackedRing {
             if count == room {
                 return Err(VringError::Loop);
             }
-            let desc = PackedDesc::parse(&mem.read_16(self.desc_addr(at.index))?);
+            if count > 0 {
+                desc = PackedDesc::parse(&mem.read_16(self.desc_addr(at.index))?);
+            }
             count += 1;
             at = at.advance(1, self.num);
             if desc.flags & DESC_F_INDIRECT != 0 {

@@ -107,6 +107,22 @@ impl GuestMemory for OwnerMem {
         Ok(bytes)
     }
 
+    fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], VringError> {
+        if addr % 16 != 0 {
+            return Err(VringError::Fault);
+        }
+        let p = uptr(addr)?;
+        let mut bytes = [0u8; 16];
+        // SAFETY: As in `read_16`; the shim loads the last 8 bytes (the
+        // flags with them) first, single-copy atomically, then the rest
+        // after a read barrier.
+        let ret = unsafe { shim::vnr_read_user_16_acquire(p.as_const_ptr().cast(), bytes.as_mut_ptr()) };
+        if ret != 0 {
+            return Err(VringError::Fault);
+        }
+        Ok(bytes)
+    }
+
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError> {
         UserSlice::new(uptr(addr)?, buf.len())
             .writer()

@@ -148,6 +148,30 @@ fault:
 	return -EFAULT;
 }
 
+/*
+ * A packed ring's descriptor, as the driver publishes it: the last 8 bytes
+ * (id and flags) in one single-copy-atomic load, then, after a read
+ * barrier, the first 8 (address and length), so that they are no older
+ * than the flags that made the descriptor available. One user access in
+ * place of a flags load and a descriptor read.
+ */
+int vnr_read_user_16_acquire(const void __user *uaddr, u8 *dst)
+{
+	const u64 __user *src = uaddr;
+	u64 lo, hi;
+
+	scoped_user_read_access_size(src, 16, fault) {
+		unsafe_get_user(hi, src + 1, fault);
+		smp_rmb();
+		unsafe_get_user(lo, src, fault);
+	}
+	memcpy(dst, &lo, 8);
+	memcpy(dst + 8, &hi, 8);
+	return 0;
+fault:
+	return -EFAULT;
+}
+
 /* One aligned 64-bit store (a packed ring's used descriptor, flags
  * included): single-copy atomic on the 64-bit targets the module builds
  * for. */

@@ -154,6 +154,15 @@ pub(crate) trait GuestMemory {
         self.read(addr, &mut bytes)?;
         Ok(bytes)
     }
+    /// The 16 bytes at a 16-byte-aligned `addr` (a packed descriptor),
+    /// its last two (the flags) loaded single-copy atomically and before
+    /// the rest, with a read barrier between: fields no older than the
+    /// flags that made the descriptor available. This default loads the
+    /// flags on their own; the owner's memory loads the last 8 bytes whole
+    /// instead, which saves a user access per chain.
+    fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], VringError> {
+        read_16_flags_first(self, addr)
+    }
     /// Copies `buf` to `addr`.
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError>;
     /// Full barrier (`smp_mb`).
@@ -162,6 +171,16 @@ pub(crate) trait GuestMemory {
     fn rmb(&self);
     /// Write barrier (`smp_wmb`).
     fn wmb(&self);
+}
+
+/// [`GuestMemory::read_16_acquire`] in two reads: the flags on their own,
+/// a read barrier, then all 16 bytes, the flags kept from the first read.
+pub(crate) fn read_16_flags_first<M: GuestMemory + ?Sized>(mem: &M, addr: u64) -> Result<[u8; 16], VringError> {
+    let flags = mem.read_u16(addr.checked_add(14).ok_or(VringError::Fault)?)?;
+    mem.rmb();
+    let mut bytes = mem.read_16(addr)?;
+    bytes[14..].copy_from_slice(&flags.to_le_bytes());
+    Ok(bytes)
 }
 
 /// One descriptor as the guest wrote it.
