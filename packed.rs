@@ -28,7 +28,7 @@ use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::Translate;
 use crate::vring::{
     positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, RingFeatures, RingLayout,
-    UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
+    Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
 
 /// `VRING_PACKED_DESC_F_AVAIL`.
@@ -47,6 +47,9 @@ const WRAP_BIT: u16 = 1 << 15;
 
 /// Byte offsets inside a packed descriptor (`struct vring_packed_desc`).
 const DESC_LEN_OFFSET: u64 = 8;
+/// Used descriptors after a batch's first written with one
+/// [`GuestMemory::write_8_each`].
+const USED_STORES: usize = 32;
 const DESC_FLAGS_OFFSET: u64 = 14;
 /// Byte offsets inside an event suppression area
 /// (`struct vring_packed_desc_event`).
@@ -403,8 +406,8 @@ impl PackedRing {
     /// at the next used positions. Each used descriptor's length, id and
     /// flags go out in one single-copy-atomic 8-byte store, so the driver
     /// sees it whole or not at all (the id and length are never behind the
-    /// flags that expose them), with one user access per chain; the first
-    /// element's goes last, so that the driver, which looks at that one
+    /// flags that expose them), the batch's rest in one user access per 32
+    /// chains; the first element's goes last, so that the driver, which looks at that one
     /// first, sees the whole batch at once. A write that faults
     /// midway leaves the batch half visible: the ring then stops
     /// ([`VringError::UsedWriteFailed`]).
@@ -434,10 +437,24 @@ impl PackedRing {
         };
         let start = self.next_used;
         let mut at = start.advance(first.positions, self.num);
+        // The rest go out USED_STORES at a time, each store still one
+        // single-copy-atomic 8 bytes.
+        let ring_len = DESC_SIZE * u64::from(self.num);
+        let mut stores = [Store8::default(); USED_STORES];
+        let mut count = 0;
         for elem in rest {
-            mem.write_8(self.desc_addr(at.index) + DESC_LEN_OFFSET, used_entry(elem, at.wrap))?;
+            // INVARIANT of `Position`: `index < num <= 32768`, so the
+            // offset fits in 32 bits.
+            let offset = (DESC_SIZE * u64::from(at.index) + DESC_LEN_OFFSET) as u32;
+            stores[count] = Store8 { offset, bytes: used_entry(elem, at.wrap) };
+            count += 1;
+            if count == USED_STORES {
+                mem.write_8_each(self.desc, ring_len, &stores)?;
+                count = 0;
+            }
             at = at.advance(elem.positions, self.num);
         }
+        mem.write_8_each(self.desc, ring_len, &stores[..count])?;
         // The rest of the batch before the first entry, which the driver
         // looks at first.
         if !rest.is_empty() {

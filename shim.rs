@@ -62,6 +62,13 @@ extern "C" {
     pub(crate) fn vnr_put_user_u64(uaddr: *mut u64, val: u64) -> c_int;
     pub(crate) fn vnr_read_user_16(uaddr: *const c_void, dst: *mut u8) -> c_int;
     pub(crate) fn vnr_read_user_16_acquire(uaddr: *const c_void, dst: *mut u8) -> c_int;
+    pub(crate) fn vnr_put_user_u64_each(
+        uaddr: *mut c_void,
+        len: usize,
+        offsets: *const u32,
+        vals: *const u64,
+        n: c_uint,
+    ) -> c_int;
 
     // vnr_shim.h: the current task and the address space.
     pub(crate) fn vnr_set_current_running();

@@ -10,10 +10,11 @@
 use crate::compat;
 use crate::dirtylog::{LogBitmap, LogError};
 use crate::shim;
-use crate::vring::{GuestMemory, VringError};
+use crate::vring::{GuestMemory, Store8, VringError};
 use core::sync::atomic::{AtomicUsize, Ordering};
 use kernel::{
     bindings,
+    ffi::c_uint,
     page::PAGE_SIZE,
     prelude::*,
     uaccess::{UserPtr, UserSlice},
@@ -83,6 +84,42 @@ impl GuestMemory for OwnerMem {
         let ret = unsafe { shim::vnr_put_user_u64(p.as_mut_ptr().cast(), val) };
         if ret != 0 {
             return Err(VringError::Fault);
+        }
+        Ok(())
+    }
+
+    fn write_8_each(&self, area: u64, area_len: u64, stores: &[Store8]) -> Result<(), VringError> {
+        const CHUNK: usize = 32;
+        if area % 8 != 0 {
+            return Err(VringError::Fault);
+        }
+        let base = uptr(area)?;
+        let len = usize::try_from(area_len).map_err(|_| VringError::Fault)?;
+        for chunk in stores.chunks(CHUNK) {
+            let mut offsets = [0u32; CHUNK];
+            let mut vals = [0u64; CHUNK];
+            for ((offset, val), store) in offsets.iter_mut().zip(vals.iter_mut()).zip(chunk) {
+                *offset = store.offset;
+                // A native store of the bytes' native value writes them in
+                // order.
+                *val = u64::from_ne_bytes(store.bytes);
+            }
+            // SAFETY: The shim checks that every offset lies, 8-byte
+            // aligned, inside the `len` bytes at `base`, and the whole area
+            // with access_ok, and handles faults; both arrays hold
+            // `chunk.len()` valid entries.
+            let ret = unsafe {
+                shim::vnr_put_user_u64_each(
+                    base.as_mut_ptr().cast(),
+                    len,
+                    offsets.as_ptr(),
+                    vals.as_ptr(),
+                    chunk.len() as c_uint,
+                )
+            };
+            if ret != 0 {
+                return Err(VringError::Fault);
+            }
         }
         Ok(())
     }

@@ -172,6 +172,35 @@ fault:
 	return -EFAULT;
 }
 
+/*
+ * The rest of a packed ring's used batch: n aligned 64-bit stores, each
+ * single-copy atomic, in order, at byte offsets[i] of the len bytes at
+ * uaddr (the descriptor ring), in one user-access scope. The area is
+ * checked whole with access_ok, not masked: the stores are not at its
+ * start.
+ */
+int vnr_put_user_u64_each(void __user *uaddr, size_t len, const u32 *offsets,
+			  const u64 *vals, unsigned int n)
+{
+	u8 __user *base = uaddr;
+	unsigned int i;
+
+	if ((unsigned long)base % 8 || len < 8)
+		return -EFAULT;
+	for (i = 0; i < n; i++)
+		if (offsets[i] % 8 || offsets[i] > len - 8)
+			return -EFAULT;
+	if (!user_write_access_begin(base, len))
+		return -EFAULT;
+	for (i = 0; i < n; i++)
+		unsafe_put_user(vals[i], (u64 __user *)(base + offsets[i]), fault);
+	user_write_access_end();
+	return 0;
+fault:
+	user_write_access_end();
+	return -EFAULT;
+}
+
 /* One aligned 64-bit store (a packed ring's used descriptor, flags
  * included): single-copy atomic on the 64-bit targets the module builds
  * for. */

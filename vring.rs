@@ -145,6 +145,21 @@ pub(crate) trait GuestMemory {
     /// at an 8-byte-aligned `addr`: what a packed ring's used descriptor
     /// needs to appear whole, flags included.
     fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError>;
+    /// The stores of `stores`, in order, each a [`GuestMemory::write_8`]
+    /// at `area + offset`, every one inside the `area_len` bytes at `area`
+    /// (the rest of a packed ring's used batch, inside its descriptor
+    /// ring). This default makes them one by one; the owner's memory makes
+    /// them in one user access.
+    fn write_8_each(&self, area: u64, area_len: u64, stores: &[Store8]) -> Result<(), VringError> {
+        for store in stores {
+            let offset = u64::from(store.offset);
+            if offset.checked_add(8).is_none_or(|end| end > area_len) {
+                return Err(VringError::Fault);
+            }
+            self.write_8(area.checked_add(offset).ok_or(VringError::Fault)?, store.bytes)?;
+        }
+        Ok(())
+    }
     /// Copies `buf.len()` bytes from `addr`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError>;
     /// The 16 bytes at `addr` (a descriptor): [`GuestMemory::read`], unless
@@ -171,6 +186,14 @@ pub(crate) trait GuestMemory {
     fn rmb(&self);
     /// Write barrier (`smp_wmb`).
     fn wmb(&self);
+}
+
+/// One store of [`GuestMemory::write_8_each`]: `bytes` at byte `offset`
+/// of its area.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Store8 {
+    pub(crate) offset: u32,
+    pub(crate) bytes: [u8; 8],
 }
 
 /// [`GuestMemory::read_16_acquire`] in two reads: the flags on their own,

@@ -725,3 +725,47 @@ fn parse_bench_packed() {
     let ns = device.as_nanos() as f64 / (f64::from(rounds) * f64::from(num));
     eprintln!("parse_bench: {ns:.1} ns per chain (pop and return, packed ring)");
 }
+
+#[test]
+fn used_batches_past_one_store_chunk_and_the_ring_end() {
+    // 128 positions, started 100 in: a batch of 70 one- and two-descriptor
+    // chains wraps the ring and needs three chunks of stores after the
+    // first entry.
+    let mut r = rig(128, f());
+    for _ in 0..100 {
+        r.post(&[(0x8000, 1, false)]);
+        let chain = r.pop().unwrap().unwrap();
+        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
+        assert!(r.driver.take_used(&r.mem).is_some());
+    }
+    let mut used = Vec::new();
+    let mut slots = Vec::new();
+    let mut at = 100u64;
+    for k in 0..70u64 {
+        let bufs: Vec<Buf> = (0..1 + k % 2).map(|i| (0x8000 + 0x1000 * i, 1, false)).collect();
+        r.post(&bufs);
+        let chain = r.pop().unwrap().unwrap();
+        used.push(UsedElem::of(&chain, 0));
+        slots.push(at);
+        at = (at + bufs.len() as u64) % 128;
+    }
+    r.mem.writes.borrow_mut().clear();
+    r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
+    let entry_at = |index: u64| (DESC + 16 * index + 8, 8usize);
+    let mut want: Vec<_> = slots[1..].iter().map(|&slot| entry_at(slot)).collect();
+    want.push(entry_at(slots[0]));
+    assert_eq!(*r.mem.writes.borrow(), want);
+    for elem in &used {
+        assert_eq!(r.driver.take_used(&r.mem), Some((elem.head, elem.len)));
+    }
+    assert_eq!(r.driver.take_used(&r.mem), None);
+}
+
+#[test]
+fn stores_outside_their_area_are_refused() {
+    let mem = TestMem::new(BASE, MEM);
+    let store = |offset| Store8 { offset, bytes: [1; 8] };
+    assert_eq!(mem.write_8_each(DESC, 64, &[store(0), store(56)]), Ok(()));
+    assert_eq!(mem.write_8_each(DESC, 64, &[store(57)]), Err(VringError::Fault));
+    assert_eq!(mem.write_8_each(DESC, 64, &[store(u32::MAX)]), Err(VringError::Fault));
+}
