@@ -23,6 +23,10 @@ if vnr_loaded vhost_net_rs; then
 	vnr_detail "vhost_net_rs was loaded: unloading it first"
 	rmmod vhost_net_rs || vnr_detail "rmmod failed (in use?): insmod below will fail"
 fi
+# insmod loads no dependency: tun first, where it is a module and not
+# loaded (scripts/vm loads it in the test VM; a kselftest run on another
+# kernel may not have).
+vnr_loaded tun || modprobe -q tun 2>/dev/null || true
 vnr_check "module_file_exists" test -f "$KO"
 vnr_check "modinfo_fields" modinfo_ok
 vnr_check "insmod" insmod "$KO"
