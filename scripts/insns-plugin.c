@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * scripts/insns-plugin.c: a QEMU TCG plugin for `scripts/bench --insns`.
+ *
+ * Counts the guest instructions executed at kernel addresses (the upper
+ * half), per vCPU, and each time a vCPU runs the marker no-op
+ * "nopw 0x4e56(%rax,%rax,1)" at a user address (selftests/bench.c's
+ * insn_mark(), at the start and at the end of every timed run) appends a
+ * line "VCPU TOTAL" with the total over all vCPUs to the file named by
+ * its out= argument. The difference between a run's two lines is the
+ * kernel's work during that run: unlike time under TCG on a shared host,
+ * it does not change with the host's load.
+ *
+ * Built by scripts/bench with gcc; loaded with
+ * -plugin file=insns-plugin.so,out=FILE. The declarations below are the
+ * few functions of QEMU's plugin API (version 1, QEMU 7.2, as Debian 12
+ * ships it without its header) that this uses.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef uint64_t qemu_plugin_id_t;
+typedef struct qemu_info_t qemu_info_t;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+enum qemu_plugin_cb_flags { QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_CB_R_REGS, QEMU_PLUGIN_CB_RW_REGS };
+typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
+typedef void (*qemu_plugin_vcpu_udata_cb_t)(unsigned int vcpu_index, void *userdata);
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb);
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb, qemu_plugin_vcpu_udata_cb_t cb,
+					  enum qemu_plugin_cb_flags flags, void *userdata);
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn, qemu_plugin_vcpu_udata_cb_t cb,
+					    enum qemu_plugin_cb_flags flags, void *userdata);
+
+__attribute__((visibility("default"))) int qemu_plugin_version = 1;
+
+#define MAX_VCPUS 64
+#define KERNEL_HALF 0xffff800000000000ull
+
+/* One counter per vCPU, each written only by its vCPU's thread. */
+static uint64_t counts[MAX_VCPUS];
+static FILE *out;
+static const unsigned char marker[] = { 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x56, 0x4e, 0x00, 0x00 };
+
+static void tb_ran(unsigned int vcpu, void *insns)
+{
+	if (vcpu < MAX_VCPUS)
+		__atomic_store_n(&counts[vcpu], counts[vcpu] + (uintptr_t)insns, __ATOMIC_RELAXED);
+}
+
+static void marker_ran(unsigned int vcpu, void *unused)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < MAX_VCPUS; i++)
+		total += __atomic_load_n(&counts[i], __ATOMIC_RELAXED);
+	fprintf(out, "%u %llu\n", vcpu, (unsigned long long)total);
+	fflush(out);
+}
+
+static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	size_t n = qemu_plugin_tb_n_insns(tb);
+
+	if (qemu_plugin_tb_vaddr(tb) >= KERNEL_HALF) {
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_ran, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+
+		if (qemu_plugin_insn_size(insn) == sizeof(marker) &&
+		    !memcmp(qemu_plugin_insn_data(insn), marker, sizeof(marker)))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, marker_ran, QEMU_PLUGIN_CB_NO_REGS, NULL);
+	}
+}
+
+__attribute__((visibility("default")))
+int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
+{
+	const char *path = NULL;
+
+	for (int i = 0; i < argc; i++)
+		if (!strncmp(argv[i], "out=", 4))
+			path = argv[i] + 4;
+	if (!path) {
+		fprintf(stderr, "insns-plugin: needs out=FILE\n");
+		return -1;
+	}
+	out = fopen(path, "a");
+	if (!out) {
+		perror(path);
+		return -1;
+	}
+	qemu_plugin_register_vcpu_tb_trans_cb(id, translated);
+	return 0;
+}
