@@ -11,6 +11,12 @@
  * kernel's work during that run: unlike time under TCG on a shared host,
  * it does not change with the host's load.
  *
+ * With hist=FILE (scripts/profile --insns), it also keeps each kernel
+ * translation block's executions, and at every end marker appends
+ * "RUN ADDRESS INSTRUCTIONS" lines for the blocks that ran since the start
+ * marker (RUN counts the timed runs from 1): the host maps the addresses
+ * to symbols with the VM's /proc/kallsyms.
+ *
  * Built by scripts/bench with gcc; loaded with
  * -plugin file=insns-plugin.so,out=FILE. The declarations below are the
  * few functions of QEMU's plugin API (version 1, QEMU 7.2, as Debian 12
@@ -18,6 +24,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef uint64_t qemu_plugin_id_t;
@@ -45,23 +52,49 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 
 /* One counter per vCPU, each written only by its vCPU's thread. */
 static uint64_t counts[MAX_VCPUS];
-static FILE *out;
+static FILE *out, *hist;
+static unsigned int marks;
 static const unsigned char marker[] = { 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x56, 0x4e, 0x00, 0x00 };
 
-static void tb_ran(unsigned int vcpu, void *insns)
+/* A kernel translation block: its address and size, and (with hist=)
+ * how often it ran since the last marker. Never freed; pushed on a list. */
+struct block {
+	uint64_t vaddr;
+	uint64_t insns;
+	uint64_t execs;
+	struct block *next;
+};
+static struct block *blocks;
+
+static void tb_ran(unsigned int vcpu, void *data)
 {
+	struct block *block = data;
+
 	if (vcpu < MAX_VCPUS)
-		__atomic_store_n(&counts[vcpu], counts[vcpu] + (uintptr_t)insns, __ATOMIC_RELAXED);
+		__atomic_store_n(&counts[vcpu], counts[vcpu] + block->insns, __ATOMIC_RELAXED);
+	if (hist)
+		__atomic_fetch_add(&block->execs, 1, __ATOMIC_RELAXED);
 }
 
 static void marker_ran(unsigned int vcpu, void *unused)
 {
+	unsigned int mark = __atomic_fetch_add(&marks, 1, __ATOMIC_RELAXED);
 	uint64_t total = 0;
 
 	for (int i = 0; i < MAX_VCPUS; i++)
 		total += __atomic_load_n(&counts[i], __ATOMIC_RELAXED);
 	fprintf(out, "%u %llu\n", vcpu, (unsigned long long)total);
 	fflush(out);
+	if (!hist)
+		return;
+	for (struct block *b = __atomic_load_n(&blocks, __ATOMIC_ACQUIRE); b; b = b->next) {
+		uint64_t execs = __atomic_exchange_n(&b->execs, 0, __ATOMIC_RELAXED);
+
+		if (mark % 2 && execs)
+			fprintf(hist, "%u %llx %llu\n", mark / 2 + 1, (unsigned long long)b->vaddr,
+				(unsigned long long)(execs * b->insns));
+	}
+	fflush(hist);
 }
 
 static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -69,7 +102,17 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	size_t n = qemu_plugin_tb_n_insns(tb);
 
 	if (qemu_plugin_tb_vaddr(tb) >= KERNEL_HALF) {
-		qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_ran, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
+		struct block *block = calloc(1, sizeof(*block));
+
+		if (!block)
+			abort();
+		block->vaddr = qemu_plugin_tb_vaddr(tb);
+		block->insns = n;
+		block->next = __atomic_load_n(&blocks, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(&blocks, &block->next, block, 0, __ATOMIC_RELEASE,
+						    __ATOMIC_RELAXED))
+			;
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_ran, QEMU_PLUGIN_CB_NO_REGS, block);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -84,11 +127,14 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 __attribute__((visibility("default")))
 int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
-	const char *path = NULL;
+	const char *path = NULL, *hist_path = NULL;
 
-	for (int i = 0; i < argc; i++)
+	for (int i = 0; i < argc; i++) {
 		if (!strncmp(argv[i], "out=", 4))
 			path = argv[i] + 4;
+		else if (!strncmp(argv[i], "hist=", 5))
+			hist_path = argv[i] + 5;
+	}
 	if (!path) {
 		fprintf(stderr, "insns-plugin: needs out=FILE\n");
 		return -1;
@@ -97,6 +143,13 @@ int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, 
 	if (!out) {
 		perror(path);
 		return -1;
+	}
+	if (hist_path) {
+		hist = fopen(hist_path, "a");
+		if (!hist) {
+			perror(hist_path);
+			return -1;
+		}
 	}
 	qemu_plugin_register_vcpu_tb_trans_cb(id, translated);
 	return 0;
