@@ -72,10 +72,9 @@ struct PackedDesc {
 
 impl PackedDesc {
     fn parse(bytes: &[u8; 16]) -> Self {
-        let mut addr = [0u8; 8];
-        addr.copy_from_slice(&bytes[..8]);
+        let b = bytes;
         PackedDesc {
-            addr: u64::from_le_bytes(addr),
+            addr: u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
             len: u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
             id: u16::from_le_bytes([bytes[12], bytes[13]]),
             flags: u16::from_le_bytes([bytes[14], bytes[15]]),
@@ -96,11 +95,8 @@ fn is_avail(flags: u16, wrap: bool) -> bool {
 /// The last 8 bytes of a used descriptor (length, id, flags) returning
 /// `elem` in the lap `wrap`: what [`GuestMemory::write_8`] stores.
 fn used_entry(elem: &UsedElem, wrap: bool) -> [u8; 8] {
-    let mut bytes = [0u8; 8];
-    bytes[..4].copy_from_slice(&elem.len.to_le_bytes());
-    bytes[4..6].copy_from_slice(&elem.head.to_le_bytes());
-    bytes[6..].copy_from_slice(&used_flags(wrap, elem.len).to_le_bytes());
-    bytes
+    let flags = used_flags(wrap, elem.len);
+    (u64::from(elem.len) | u64::from(elem.head) << 32 | u64::from(flags) << 48).to_le_bytes()
 }
 
 /// The flags of a used descriptor written in the lap `wrap`, with

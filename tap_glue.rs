@@ -487,13 +487,18 @@ impl TxBatch {
             return Ok(());
         }
         // The header was just written from user memory, so it is
-        // initialised and can be read.
-        let mut raw = [0u8; VirtioNetHdr::LEN];
-        let hlen = core::cmp::min(sock_hlen, VirtioNetHdr::LEN);
-        // SAFETY: `hdr_at + hlen <= pad`, inside the fragment, initialised
-        // by the copy above.
-        unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr().add(hdr_at), raw.as_mut_ptr(), hlen) };
-        let mut hdr = VirtioNetHdr::parse(&raw[..hlen]).ok_or(EINVAL)?;
+        // initialised and can be read. Its first `LEN_LEGACY` bytes are all
+        // TX looks at; tun's header is never shorter. The copies below have
+        // constant sizes where they can: a variable one is an out-of-line
+        // memcpy per packet (scripts/profile --insns).
+        let mut raw = [0u8; VirtioNetHdr::LEN_LEGACY];
+        if sock_hlen < raw.len() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `hdr_at + LEN_LEGACY <= hdr_at + sock_hlen = pad`, inside
+        // the fragment, initialised by the copy above.
+        unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr().add(hdr_at), raw.as_mut_ptr(), raw.len()) };
+        let mut hdr = VirtioNetHdr::parse(&raw).ok_or(EINVAL)?;
         // VIRTIO_NET_HDR_F_NEEDS_CSUM: the checksum must lie inside the
         // headers tun will look at; widen hdr_len as the C driver does.
         if hdr.flags & VirtioNetHdr::F_NEEDS_CSUM != 0 {
@@ -503,13 +508,20 @@ impl TxBatch {
                     return Err(EINVAL);
                 }
                 hdr.hdr_len = need as u16;
-                let bytes = hdr.to_bytes();
-                // SAFETY: bytes 2..4 of the header, inside the fragment.
-                unsafe { core::ptr::copy_nonoverlapping(bytes[2..4].as_ptr(), buf.as_ptr().add(hdr_at + 2), 2) };
+                let bytes = hdr.hdr_len.to_le_bytes();
+                // SAFETY: bytes 2..4 of the header (`hdr_len`), inside the
+                // fragment.
+                unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_ptr().add(hdr_at + 2), 2) };
             }
         }
         // SAFETY: both ranges lie in the fragment; `copy` allows overlap.
-        unsafe { core::ptr::copy(buf.as_ptr().add(hdr_at), buf.as_ptr(), sock_hlen) };
+        unsafe {
+            if sock_hlen == VirtioNetHdr::LEN {
+                core::ptr::copy(buf.as_ptr().add(hdr_at), buf.as_ptr(), VirtioNetHdr::LEN);
+            } else {
+                core::ptr::copy(buf.as_ptr().add(hdr_at), buf.as_ptr(), sock_hlen);
+            }
+        }
         Ok(())
     }
 

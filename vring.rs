@@ -217,13 +217,11 @@ pub(crate) struct Desc {
 
 impl Desc {
     fn parse(b: &[u8; 16]) -> Self {
-        let u64_at = |o: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(a)
-        };
+        // Element by element, not a slice copy: `copy_from_slice` is an
+        // out-of-line call here (scripts/profile --insns), once per
+        // descriptor.
         Desc {
-            addr: u64_at(0),
+            addr: u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
             len: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
             flags: u16::from_le_bytes([b[12], b[13]]),
             next: u16::from_le_bytes([b[14], b[15]]),
@@ -255,10 +253,7 @@ impl UsedElem {
     /// `struct vring_used_elem` in a split ring: the head as a 32-bit id,
     /// then the length, both little-endian.
     fn split_bytes(&self) -> [u8; USED_ELEM_SIZE as usize] {
-        let mut bytes = [0u8; USED_ELEM_SIZE as usize];
-        bytes[..4].copy_from_slice(&u32::from(self.head).to_le_bytes());
-        bytes[4..].copy_from_slice(&self.len.to_le_bytes());
-        bytes
+        (u64::from(self.head) | u64::from(self.len) << 32).to_le_bytes()
     }
 }
 
@@ -671,13 +666,13 @@ impl Vring {
         while !rest.is_empty() {
             let to_end = self.num64() - u64::from(idx & self.mask);
             let n = rest.len().min(USED_CHUNK).min(to_end as usize);
-            let mut b = [0u8; USED_CHUNK * USED_ELEM_SIZE as usize];
-            let mut at = 0usize;
-            for elem in rest.iter().take(n) {
-                b[at..at + USED_ELEM_SIZE as usize].copy_from_slice(&elem.split_bytes());
-                at += USED_ELEM_SIZE as usize;
+            // Whole elements, not slice copies into a byte buffer (an
+            // out-of-line call per element).
+            let mut b = [[0u8; USED_ELEM_SIZE as usize]; USED_CHUNK];
+            for (slot, elem) in b.iter_mut().zip(rest.iter().take(n)) {
+                *slot = elem.split_bytes();
             }
-            mem.write(self.used_elem_addr(idx), &b[..n * USED_ELEM_SIZE as usize])?;
+            mem.write(self.used_elem_addr(idx), &b.as_flattened()[..n * USED_ELEM_SIZE as usize])?;
             self.log_used(mem, log, self.used_elem_addr(idx) - self.used, n as u64 * USED_ELEM_SIZE)?;
             idx = idx.wrapping_add(n as u16);
             rest = &rest[n..];
