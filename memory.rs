@@ -87,6 +87,7 @@ pub(crate) trait Translate {
 }
 
 impl Translate for [Region] {
+    #[inline]
     fn for_each_piece<E: From<TranslateError>>(
         &self,
         addr: u64,
@@ -162,6 +163,7 @@ pub(crate) fn validate(regions: &mut [Region], max: usize) -> Result<(), MemErro
 /// [`validate`]: of the regions containing it, the first in sorted order.
 /// That is the first region whose `reach` passes `gpa` (every region before
 /// it ends at or below `gpa`), if it starts at or below `gpa`.
+#[inline]
 fn find(regions: &[Region], gpa: u64) -> Option<&Region> {
     let index = regions.partition_point(|r| r.reach <= gpa);
     let region = regions.get(index)?;
@@ -185,6 +187,7 @@ pub(crate) struct Segment {
 /// when the walk reaches it: `f` may already have been called for the
 /// first pieces, so callers discard everything on error (the ring parsers
 /// do).
+#[inline]
 pub(crate) fn for_each_piece<E: From<TranslateError>>(
     regions: &[Region],
     mut gpa: u64,

@@ -88,6 +88,7 @@ fn ring_ran_dry<B: Backend, M: GuestMemory>(
 
 /// Fills `uiov` with the segments `iov`, skipping the first `skip` bytes.
 /// Returns the number of user iovecs written.
+#[inline]
 fn to_user_iov(iov: &[Iov], mut skip: u64, uiov: &mut [UserIov]) -> usize {
     let mut count = 0;
     for seg in iov {
@@ -203,7 +204,9 @@ enum TxStep {
 
 /// Sends the packet of `chain` (whose readable segments are in `iov`) to
 /// `sock`: batched if `batch_headroom` says the tap takes batches
-/// ([`TapSocket::batch_headroom`]).
+/// ([`TapSocket::batch_headroom`]). Inlined into the TX loop, as C's
+/// per-packet code is in `handle_tx_copy` (`scripts/profile --insns`).
+#[inline]
 fn tx_one(
     sock: &TapSocket,
     scratch: &mut TxScratch,
