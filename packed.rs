@@ -47,10 +47,10 @@ const WRAP_BIT: u16 = 1 << 15;
 
 /// Byte offsets inside a packed descriptor (`struct vring_packed_desc`).
 const DESC_LEN_OFFSET: u64 = 8;
+const DESC_FLAGS_OFFSET: u64 = 14;
 /// Used descriptors after a batch's first written with one
 /// [`GuestMemory::write_8_each`].
 const USED_STORES: usize = 32;
-const DESC_FLAGS_OFFSET: u64 = 14;
 /// Byte offsets inside an event suppression area
 /// (`struct vring_packed_desc_event`).
 const EVENT_OFF_WRAP_OFFSET: u64 = 0;
@@ -71,13 +71,12 @@ struct PackedDesc {
 }
 
 impl PackedDesc {
-    fn parse(bytes: &[u8; 16]) -> Self {
-        let b = bytes;
+    fn parse(b: &[u8; 16]) -> Self {
         PackedDesc {
             addr: u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            len: u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
-            id: u16::from_le_bytes([bytes[12], bytes[13]]),
-            flags: u16::from_le_bytes([bytes[14], bytes[15]]),
+            len: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+            id: u16::from_le_bytes([b[12], b[13]]),
+            flags: u16::from_le_bytes([b[14], b[15]]),
         }
     }
 

@@ -56,7 +56,8 @@ extern "C" {
     pub(crate) fn tun_ptr_free(ptr: *mut c_void);
 
     // vnr_shim.h: 16-bit user accesses, one 64-bit store, and a 16-byte
-    // descriptor reads (split; packed, flags first).
+    // descriptor reads (split; packed, flags first), and a packed ring's
+    // used entries in one access.
     pub(crate) fn vnr_get_user_u16(uaddr: *const u16, val: *mut u16) -> c_int;
     pub(crate) fn vnr_put_user_u16(uaddr: *mut u16, val: u16) -> c_int;
     pub(crate) fn vnr_put_user_u64(uaddr: *mut u64, val: u64) -> c_int;

@@ -150,7 +150,7 @@ fault:
 
 /*
  * A packed ring's descriptor, as the driver publishes it: the last 8 bytes
- * (id and flags) in one single-copy-atomic load, then, after a read
+ * (length, id and flags) in one single-copy-atomic load, then, after a read
  * barrier, the first 8 (address and length), so that they are no older
  * than the flags that made the descriptor available. One user access in
  * place of a flags load and a descriptor read.

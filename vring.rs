@@ -169,12 +169,12 @@ pub(crate) trait GuestMemory {
         self.read(addr, &mut bytes)?;
         Ok(bytes)
     }
-    /// The 16 bytes at a 16-byte-aligned `addr` (a packed descriptor),
-    /// its last two (the flags) loaded single-copy atomically and before
-    /// the rest, with a read barrier between: fields no older than the
-    /// flags that made the descriptor available. This default loads the
-    /// flags on their own; the owner's memory loads the last 8 bytes whole
-    /// instead, which saves a user access per chain.
+    /// The 16 bytes at `addr` (a packed descriptor), its last two (the
+    /// flags) loaded single-copy atomically and before the rest, with a
+    /// read barrier between: fields no older than the flags that made the
+    /// descriptor available. This default loads the flags on their own;
+    /// the owner's memory loads the last 8 bytes (length, id and flags)
+    /// whole instead, which saves a user access per chain.
     fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], VringError> {
         read_16_flags_first(self, addr)
     }
@@ -308,7 +308,11 @@ pub(crate) struct RingFeatures {
 ///
 /// # Invariants
 ///
-/// `len <= HEAD_AHEAD`.
+/// `len <= HEAD_AHEAD`. The window is replaced by every read of heads
+/// from the ring, and `last_avail_idx` moves forward only through it (a
+/// hit) or past its end (the next pop reads, replacing it), and backward
+/// by less than a ring (`unpop`): so it never re-enters a window a lap of
+/// the 16-bit indices after it was read.
 #[derive(Clone, Copy, Debug, Default)]
 struct AvailHeads {
     heads: [u16; HEAD_AHEAD],
@@ -543,7 +547,16 @@ impl Vring {
         mem.rmb();
         let addr = self.avail_ring_addr(self.last_avail_idx);
         if count <= 1 {
-            return mem.read_u16(addr);
+            // Kept as a window of one: every read replaces the window, so
+            // `last_avail_idx` never travels 2^16 positions past an old
+            // window and lands in it again (which would hand out a head
+            // read a lap of the indices ago).
+            let head = mem.read_u16(addr)?;
+            let mut heads = [0u16; HEAD_AHEAD];
+            heads[0] = head;
+            // INVARIANT: `1 <= HEAD_AHEAD`.
+            self.ahead = AvailHeads { heads, at: self.last_avail_idx, len: 1 };
+            return Ok(head);
         }
         let mut bytes = [0u8; 2 * HEAD_AHEAD];
         let bytes = bytes.get_mut(..2 * count).ok_or(VringError::Fault)?;

@@ -557,3 +557,27 @@ fn a_fault_reading_heads_ahead_consumes_nothing() {
     assert_eq!(ring.pop(&mem, &regions[..], &mut iov), Err(VringError::Fault));
     assert_eq!(ring.last_avail_idx(), 0);
 }
+
+#[test]
+fn single_heads_replace_the_read_ahead_window_across_a_lap_of_the_indices() {
+    // A burst fills the window; then one chain at a time for more than
+    // 2^16 positions, each with its own head. A window left in place would
+    // hand out its heads again when the indices come round to it.
+    let num = 256u16;
+    let mut r = rig(u32::from(num), f());
+    one_desc_chains(&r, num);
+    let mut idx = 0u16;
+    for k in 0..16u16 {
+        r.avail(idx.wrapping_add(k), k, idx.wrapping_add(16));
+    }
+    for k in 0..16u16 {
+        assert_eq!(r.pop().unwrap().unwrap().head, k);
+    }
+    idx = idx.wrapping_add(16);
+    for round in 0..(1u32 << 16) + 32 {
+        let head = ((round * 7 + 100) % u32::from(num)) as u16;
+        r.avail(idx, head, idx.wrapping_add(1));
+        assert_eq!(r.pop().unwrap().unwrap().head, head, "round {round}");
+        idx = idx.wrapping_add(1);
+    }
+}
