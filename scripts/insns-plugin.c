@@ -20,7 +20,13 @@
  * Built by scripts/bench with gcc; loaded with
  * -plugin file=insns-plugin.so,out=FILE. The declarations below are the
  * few functions of QEMU's plugin API (version 1, QEMU 7.2, as Debian 12
- * ships it without its header) that this uses.
+ * ships it without its header) that this uses; a QEMU whose API changed
+ * them needs its own header instead.
+ *
+ * What it counts: a block's instructions when the block starts (one left
+ * early by an exception still counts whole), and the idle loop's too
+ * (per second, not per packet). Blocks are never freed, and each marker
+ * walks them all: a measuring tool, not for long runs.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -81,10 +81,11 @@ rm -rf "$root"
 files=("lib/modules/$rel/extra/vhost-net-rs.ko" etc/udev/rules.d/99-vhost-net-rs.rules
 	etc/modprobe.d/vhost-net-rs.conf etc/modules-load.d/vhost-net-rs.conf)
 ilog=$work/install.log
-# The kernel's own modules go in first, as a distribution's are installed
-# before an out-of-tree one: where tun is a module, depmod then records it
+# The kernel's own modules go in first (from a full build tree; a headers
+# tree has none to install), as a distribution's are installed before an
+# out-of-tree one: where tun is a module, depmod then records it
 # as the module's dependency, and module.sh checks that modprobe loads it.
-if grep -q '=m$' "$KDIR/.config"; then
+if grep -q '=m$' "$KDIR/.config" && [ -f "$KDIR/modules.order" ]; then
 	# shellcheck source=../scripts/lib.sh
 	. scripts/lib.sh
 	mapfile -t kflags < <(vnr_kmake_flags)
@@ -100,7 +101,7 @@ fi
 # takes gendwarfksyms) every kernel symbol the module uses carries its CRC.
 if grep -q '^CONFIG_MODVERSIONS=y' "$KDIR/.config"; then
 	nver=$(modprobe --dump-modversions vhost-net-rs.ko 2>/dev/null | wc -l)
-	if [ "$nver" -gt 0 ]; then ok "module_has_symbol_versions $nver"
+	if [ "$nver" -gt 0 ]; then echo "# $nver versioned symbols"; ok module_has_symbol_versions
 	else notok module_has_symbol_versions "no __versions in vhost-net-rs.ko, built against $KDIR"; fi
 fi
 # DESTDIR alone must also move the module tree (INSTALL_MOD_PATH defaults to it).
