@@ -432,6 +432,60 @@ static inline void insn_mark(void)
 #endif
 }
 
+/* Context switches of the whole system so far ("ctxt" in /proc/stat): per
+ * packet, how much scheduling the data path causes, worker and harness
+ * alike. */
+static uint64_t system_ctxt(void)
+{
+	unsigned long long n = 0;
+	char line[256];
+	FILE *f = fopen("/proc/stat", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "ctxt %llu", &n) == 1)
+			break;
+	fclose(f);
+	return n;
+}
+
+/* Context switches of the data-path threads (see worker_cpu_ns), from
+ * their /proc/self/task/TID/status: how often the workers slept or were
+ * preempted. */
+static uint64_t worker_switches(void)
+{
+	uint64_t total = 0;
+	struct dirent *e;
+	DIR *dir = opendir("/proc/self/task");
+
+	if (!dir)
+		return 0;
+	while ((e = readdir(dir))) {
+		char path[300], line[256];
+		unsigned long long n;
+		bool ours = false;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f)) {
+			if (!strncmp(line, "Name:\t", 6))
+				ours = !strncmp(line + 6, "vhost", 5) || !strncmp(line + 6, "vnr-dev", 7);
+			else if (ours && (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1 ||
+					  sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1))
+				total += n;
+		}
+		fclose(f);
+	}
+	closedir(dir);
+	return total;
+}
+
 /* CPU time (user + system) of the data-path threads of this process: the
  * vhost workers ("vhost-net-rs-*", or the C driver's "vhost-PID"), or the
  * baseline's device threads ("vnr-dev"). From /proc/self/task/TID/stat, so
@@ -545,7 +599,7 @@ static uint32_t run_fair(struct pair *p, uint64_t end)
 
 int main(int argc, char **argv)
 {
-	uint64_t t0, t1, end, cpu0, cpu1, pk = 0, by = 0;
+	uint64_t t0, t1, end, cpu0, cpu1, ctxt0, ctxt1, sw0, sw1, pk = 0, by = 0;
 	uint32_t lost = 0;
 	int c, i;
 
@@ -607,6 +661,8 @@ int main(int argc, char **argv)
 		}
 	}
 	cpu0 = worker_cpu_ns();
+	ctxt0 = system_ctxt();
+	sw0 = worker_switches();
 	insn_mark();
 	t0 = h_now_ns();
 	end = t0 + (uint64_t)(secs * 1e9);
@@ -633,6 +689,8 @@ int main(int argc, char **argv)
 	t1 = h_now_ns();
 	insn_mark();
 	cpu1 = worker_cpu_ns();
+	ctxt1 = system_ctxt();
+	sw1 = worker_switches();
 	stop = 1;
 	for (i = 0; i < nq; i++) {
 		if (pairs[i].src_thr)
@@ -669,7 +727,9 @@ int main(int argc, char **argv)
 		printf(",\"packets\":%llu,\"pps\":%.0f,\"mbps\":%.1f", (unsigned long long)pk,
 		       pk / ((t1 - t0) / 1e9), by * 8 / ((t1 - t0) / 1e3));
 	}
-	printf(",\"worker_cpu_ns_per_pkt\":%.0f}\n", pk ? (double)(cpu1 - cpu0) / pk : 0.0);
+	printf(",\"worker_cpu_ns_per_pkt\":%.0f,\"ctxt_per_pkt\":%.2f,\"worker_switches_per_pkt\":%.2f}\n",
+	       pk ? (double)(cpu1 - cpu0) / pk : 0.0, pk ? (double)(ctxt1 - ctxt0) / pk : 0.0,
+	       pk ? (double)(sw1 - sw0) / pk : 0.0);
 	for (i = 0; i < nq; i++)
 		h_teardown(&pairs[i].d);
 	return 0;
