@@ -452,8 +452,9 @@ static uint64_t system_ctxt(void)
 
 /* Context switches of the data-path threads (see worker_cpu_ns), from
  * their /proc/self/task/TID/status: how often the workers slept or were
- * preempted. */
-static uint64_t worker_switches(void)
+ * preempted; with `only`, of the threads whose name starts so
+ * (vhost-net-rs's "vhost-net-rs-rx" and "vhost-net-rs-tx"). */
+static uint64_t worker_switches(const char *only)
 {
 	uint64_t total = 0;
 	struct dirent *e;
@@ -475,7 +476,8 @@ static uint64_t worker_switches(void)
 			continue;
 		while (fgets(line, sizeof(line), f)) {
 			if (!strncmp(line, "Name:\t", 6))
-				ours = !strncmp(line + 6, "vhost", 5) || !strncmp(line + 6, "vnr-dev", 7);
+				ours = only ? !strncmp(line + 6, only, strlen(only)) :
+					      !strncmp(line + 6, "vhost", 5) || !strncmp(line + 6, "vnr-dev", 7);
 			else if (ours && (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1 ||
 					  sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1))
 				total += n;
@@ -599,7 +601,7 @@ static uint32_t run_fair(struct pair *p, uint64_t end)
 
 int main(int argc, char **argv)
 {
-	uint64_t t0, t1, end, cpu0, cpu1, ctxt0, ctxt1, sw0, sw1, pk = 0, by = 0;
+	uint64_t t0, t1, end, cpu0, cpu1, ctxt0, ctxt1, sw0, sw1, rxsw0, rxsw1, pk = 0, by = 0;
 	uint32_t lost = 0;
 	int c, i;
 
@@ -662,7 +664,8 @@ int main(int argc, char **argv)
 	}
 	cpu0 = worker_cpu_ns();
 	ctxt0 = system_ctxt();
-	sw0 = worker_switches();
+	sw0 = worker_switches(NULL);
+	rxsw0 = worker_switches("vhost-net-rs-rx");
 	insn_mark();
 	t0 = h_now_ns();
 	end = t0 + (uint64_t)(secs * 1e9);
@@ -690,7 +693,8 @@ int main(int argc, char **argv)
 	insn_mark();
 	cpu1 = worker_cpu_ns();
 	ctxt1 = system_ctxt();
-	sw1 = worker_switches();
+	sw1 = worker_switches(NULL);
+	rxsw1 = worker_switches("vhost-net-rs-rx");
 	stop = 1;
 	for (i = 0; i < nq; i++) {
 		if (pairs[i].src_thr)
@@ -727,9 +731,10 @@ int main(int argc, char **argv)
 		printf(",\"packets\":%llu,\"pps\":%.0f,\"mbps\":%.1f", (unsigned long long)pk,
 		       pk / ((t1 - t0) / 1e9), by * 8 / ((t1 - t0) / 1e3));
 	}
-	printf(",\"worker_cpu_ns_per_pkt\":%.0f,\"ctxt_per_pkt\":%.2f,\"worker_switches_per_pkt\":%.2f}\n",
+	printf(",\"worker_cpu_ns_per_pkt\":%.0f,\"ctxt_per_pkt\":%.2f,\"worker_switches_per_pkt\":%.2f"
+	       ",\"rx_worker_switches_per_pkt\":%.2f}\n",
 	       pk ? (double)(cpu1 - cpu0) / pk : 0.0, pk ? (double)(ctxt1 - ctxt0) / pk : 0.0,
-	       pk ? (double)(sw1 - sw0) / pk : 0.0);
+	       pk ? (double)(sw1 - sw0) / pk : 0.0, pk ? (double)(rxsw1 - rxsw0) / pk : 0.0);
 	for (i = 0; i < nq; i++)
 		h_teardown(&pairs[i].d);
 	return 0;
