@@ -69,6 +69,7 @@ static bool dirty_log;		/* -l: dirty logging on */
 static bool packed;		/* -P: packed rings where the backend has them */
 static bool in_order;		/* -I: VIRTIO_F_IN_ORDER on split rings of rs and c */
 static bool iotlb;		/* -T: the device IOTLB on rs and c */
+static bool kick_asked;	/* -K: kick only when the device asked (event-idx) */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -284,10 +285,31 @@ static int setup_pair(struct pair *p)
 
 /* ---- guest side ------------------------------------------------------- */
 
+/*
+ * Kicks queue q after the entries from avail index `old` on were
+ * published. With -K on split rings, only when the device asked for it,
+ * as a Linux guest's virtqueue_kick_prepare decides with EVENT_IDX: a full
+ * barrier, then whether avail_event lies in [old, new). Without -K, always
+ * (the harness's default).
+ */
+static void kick(struct h_dev *d, int q, uint16_t old)
+{
+	struct h_vq *v = &d->vq[q];
+
+	if (kick_asked && !packed_rings()) {
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (!vring_need_event(__atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE),
+				      v->avail_idx, old))
+			return;
+	}
+	h_kick(d, q);
+}
+
 static void tx_fill(struct pair *p)
 {
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[1];
+	uint16_t old = v->avail_idx;
 	int posted = 0;
 
 	while (h_used_pending(d, 1)) {
@@ -304,13 +326,14 @@ static void tx_fill(struct pair *p)
 		posted++;
 	}
 	if (posted)
-		h_kick(d, 1);
+		kick(d, 1, old);
 }
 
 static void rx_fill_all(struct pair *p)
 {
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[0];
+	uint16_t old = v->avail_idx;
 	int posted = 0;
 
 	while (h_used_pending(d, 0)) {
@@ -334,7 +357,7 @@ static void rx_fill_all(struct pair *p)
 		posted++;
 	}
 	if (posted)
-		h_kick(d, 0);
+		kick(d, 0, old);
 }
 
 static void *rx_source(void *arg)
@@ -401,7 +424,7 @@ static void run_lat(struct pair *p, uint64_t end)
 		h_frame((uint8_t *)h_ptr(d, b) + d->hdr_len, p->nlat, size);
 		v->vr.desc[head] = (struct vring_desc){ b, d->hdr_len + size, 0, 0 };
 		h_publish(d, 1, head);
-		h_kick(d, 1);
+		kick(d, 1, (uint16_t)(v->avail_idx - 1));
 		/* the reflector: read it off the tap and send it back in */
 		if (poll(&pf, 1, 1000) != 1)
 			break;
@@ -605,7 +628,7 @@ int main(int argc, char **argv)
 	uint32_t lost = 0;
 	int c, i;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITh")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITKh")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
@@ -617,14 +640,16 @@ int main(int argc, char **argv)
 		case 'P': packed = true; break;
 		case 'I': in_order = true; break;
 		case 'T': iotlb = true; break;
+		case 'K': kick_asked = true; break;
 		default:
 			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
-					"             [-p US] [-l] [-P] [-I] [-T]\n"
+					"             [-p US] [-l] [-P] [-I] [-T] [-K]\n"
 					"  -p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues\n"
 					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n"
 					"  -P: packed rings (VIRTIO_F_RING_PACKED) on rs; c and user run split rings\n"
 					"  -I: VIRTIO_F_IN_ORDER on rs and c (split rings only; user runs without)\n"
-					"  -T: the device IOTLB (VIRTIO_F_ACCESS_PLATFORM), pages mapped ahead, on rs and c\n");
+					"  -T: the device IOTLB (VIRTIO_F_ACCESS_PLATFORM), pages mapped ahead, on rs and c\n"
+					"  -K: kick only when the device asked (event-idx), as a Linux guest does; split rings\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -706,9 +731,9 @@ int main(int argc, char **argv)
 	}
 	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,"
 	       "\"packed\":%d,\"ring\":\"%s\",\"in_order\":%d,\"in_order_rings\":%d,\"iotlb\":%d,"
-	       "\"iotlb_on\":%d,\"secs\":%.3f",
+	       "\"iotlb_on\":%d,\"kick_asked\":%d,\"secs\":%.3f",
 	       backend, mode, size, nq, busy_us, dirty_log, packed, packed_rings() ? "packed" : "split",
-	       in_order, in_order_rings(), iotlb, iotlb_on(), (t1 - t0) / 1e9);
+	       in_order, in_order_rings(), iotlb, iotlb_on(), kick_asked, (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 
