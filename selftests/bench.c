@@ -473,6 +473,32 @@ static uint64_t system_ctxt(void)
 	return n;
 }
 
+/* Opens /proc/self/task/TID/NAME of the next thread in `dir` that has one;
+ * NULL after the last. */
+static FILE *next_task_file(DIR *dir, const char *name)
+{
+	struct dirent *e;
+
+	while ((e = readdir(dir))) {
+		char path[300];
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/%s", e->d_name, name);
+		f = fopen(path, "r");
+		if (f)
+			return f;
+	}
+	return NULL;
+}
+
+/* Whether a thread named `comm` is on the data path (see worker_cpu_ns). */
+static bool data_path_thread(const char *comm)
+{
+	return !strncmp(comm, "vhost", 5) || !strncmp(comm, "vnr-dev", 7);
+}
+
 /* Context switches of the data-path threads (see worker_cpu_ns), from
  * their /proc/self/task/TID/status: how often the workers slept or were
  * preempted; with `only`, of the threads whose name starts so
@@ -480,27 +506,19 @@ static uint64_t system_ctxt(void)
 static uint64_t worker_switches(const char *only)
 {
 	uint64_t total = 0;
-	struct dirent *e;
 	DIR *dir = opendir("/proc/self/task");
+	FILE *f;
 
 	if (!dir)
 		return 0;
-	while ((e = readdir(dir))) {
-		char path[300], line[256];
+	while ((f = next_task_file(dir, "status"))) {
+		char line[256];
 		unsigned long long n;
 		bool ours = false;
-		FILE *f;
 
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
 		while (fgets(line, sizeof(line), f)) {
 			if (!strncmp(line, "Name:\t", 6))
-				ours = only ? !strncmp(line + 6, only, strlen(only)) :
-					      !strncmp(line + 6, "vhost", 5) || !strncmp(line + 6, "vnr-dev", 7);
+				ours = only ? !strncmp(line + 6, only, strlen(only)) : data_path_thread(line + 6);
 			else if (ours && (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1 ||
 					  sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1))
 				total += n;
@@ -519,29 +537,22 @@ static uint64_t worker_cpu_ns(void)
 {
 	long hz = sysconf(_SC_CLK_TCK);
 	uint64_t total = 0;
-	struct dirent *e;
 	DIR *dir = opendir("/proc/self/task");
+	FILE *f;
 
 	if (!dir)
 		return 0;
-	while ((e = readdir(dir))) {
-		char path[300], buf[1024], *p;
+	while ((f = next_task_file(dir, "stat"))) {
+		char buf[1024], *p;
 		unsigned long long ut, st;
-		FILE *f;
 
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
 		p = fgets(buf, sizeof(buf), f);
 		fclose(f);
 		if (!p)
 			continue;
 		/* "tid (comm) state ..." with utime, stime as fields 14, 15 */
 		p = strchr(buf, '(');
-		if (!p || (strncmp(p + 1, "vhost", 5) && strncmp(p + 1, "vnr-dev", 7)))
+		if (!p || !data_path_thread(p + 1))
 			continue;
 		p = strrchr(buf, ')');
 		if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
