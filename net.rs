@@ -224,12 +224,12 @@ fn tx_one(
         return Err(VringError::ShortPacket);
     }
     let len = (chain.out_len - vhost_hlen) as usize;
-    let nuiov = to_user_iov(&iov[..chain.out], vhost_hlen, &mut scratch.uiov);
+    let readable = &iov[..chain.out];
     if let Some(headroom) = batch_headroom {
-        let mut outcome = scratch.batch.add(&scratch.uiov[..nuiov], len, hdr.sock, headroom);
+        let mut outcome = scratch.batch.add(readable, vhost_hlen, len, hdr.sock, headroom);
         if outcome == Batched::Full {
             scratch.send_batch(sock, tally);
-            outcome = scratch.batch.add(&scratch.uiov[..nuiov], len, hdr.sock, headroom);
+            outcome = scratch.batch.add(readable, vhost_hlen, len, hdr.sock, headroom);
         }
         match outcome {
             // Counted as sent when the batch goes.
@@ -247,6 +247,7 @@ fn tx_one(
             Batched::TooBig | Batched::Full => scratch.send_batch(sock, tally),
         }
     }
+    let nuiov = to_user_iov(readable, vhost_hlen, &mut scratch.uiov);
     match sock.send(&scratch.uiov[..nuiov], len) {
         Ok(()) => {
             tally.sent += 1;

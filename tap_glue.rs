@@ -13,6 +13,7 @@ use crate::compat::code::{enobufs, enotsock};
 use crate::file_poll::PollableFile;
 use crate::shim::{self, PtrRing, XdpBuff};
 use crate::uapi::VirtioNetHdr;
+use crate::vring::Iov;
 use core::{
     ffi::c_void,
     ptr::NonNull,
@@ -413,10 +414,12 @@ impl TxBatch {
     }
 
     /// Copies one packet of `len` bytes (the tap's vnet header of
-    /// `sock_hlen` bytes first) from the user buffers `iov` into a fragment,
+    /// `sock_hlen` bytes first) from the chain's readable segments `iov`,
+    /// after their first `skip` bytes (the vhost header), into a fragment,
     /// with `headroom` bytes before it for the tap's XDP program
-    /// ([`TapSocket::batch_headroom`]).
-    pub(crate) fn add(&mut self, iov: &[UserIov], len: usize, sock_hlen: usize, headroom: usize) -> Batched {
+    /// ([`TapSocket::batch_headroom`]). The segments are read where they
+    /// are: no user iovec array is built for a batched packet.
+    pub(crate) fn add(&mut self, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, headroom: usize) -> Batched {
         if self.count >= TX_BATCH {
             return Batched::Full;
         }
@@ -442,7 +445,7 @@ impl TxBatch {
             )
         };
         let Some(buf) = NonNull::new(buf.cast::<u8>()) else { return Batched::NoMemory };
-        if Self::fill(buf, iov, len, sock_hlen, pad).is_err() {
+        if Self::fill(buf, iov, skip, len, sock_hlen, pad).is_err() {
             // SAFETY: `buf` came from `__page_frag_alloc_align`.
             unsafe { bindings::page_frag_free(buf.as_ptr().cast()) };
             return Batched::Malformed;
@@ -461,9 +464,11 @@ impl TxBatch {
 
     /// Lays one packet out in the fresh fragment `buf` (which has room for
     /// `pad` plus the data): the data at `pad`, the vnet header (zeroes if
-    /// the tap has none) at the start. Only writes go through `buf`: the
-    /// fragment is uninitialised memory, so no reference to it is made.
-    fn fill(buf: NonNull<u8>, iov: &[UserIov], len: usize, sock_hlen: usize, pad: usize) -> Result {
+    /// the tap has none) at the start, read from `iov` after its first
+    /// `skip` bytes. Only writes go through `buf`: the fragment is
+    /// uninitialised memory, so no reference to it is made.
+    #[inline]
+    fn fill(buf: NonNull<u8>, iov: &[Iov], mut skip: u64, len: usize, sock_hlen: usize, pad: usize) -> Result {
         let hdr_at = pad - sock_hlen;
         let mut off = hdr_at;
         let end = hdr_at + len;
@@ -471,11 +476,18 @@ impl TxBatch {
             if off == end {
                 break;
             }
-            let n = core::cmp::min(seg.len, end - off);
+            if skip >= seg.len {
+                skip -= seg.len;
+                continue;
+            }
+            // `seg.len - skip` fits: the chain's length is bounded
+            // (MAX_CHAIN_LEN), and `end - off` is at most a page.
+            let n = core::cmp::min((seg.len - skip) as usize, end - off);
             // SAFETY: `off + n <= end <= buflen`: the range is inside the
             // fragment, which is ours; `read_raw` writes it without reading.
             let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_ptr().add(off).cast(), n) };
-            UserSlice::new(UserPtr::from_addr(seg.base), n).reader().read_raw(dst)?;
+            UserSlice::new(UserPtr::from_addr((seg.addr + skip) as usize), n).reader().read_raw(dst)?;
+            skip = 0;
             off += n;
         }
         if off != end {
