@@ -69,7 +69,7 @@ static bool dirty_log;		/* -l: dirty logging on */
 static bool packed;		/* -P: packed rings where the backend has them */
 static bool in_order;		/* -I: VIRTIO_F_IN_ORDER on split rings of rs and c */
 static bool iotlb;		/* -T: the device IOTLB on rs and c */
-static bool kick_asked;	/* -K: kick only when the device asked (event-idx) */
+static bool kick_always;	/* -A: kick after every refill, asked or not */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -190,14 +190,16 @@ static void *user_device(void *arg)
 	uint64_t junk;
 
 	while (!stop) {
-		bool busy = false;
+		bool busy = false, tx_full = false, rx_dry = true;
 
 		while (dev_has_avail(tx, &tx_last)) {
 			uint16_t head = tx->vr.avail->ring[tx_last % tx->num];
 			struct vring_desc *ds = &tx->vr.desc[head];
 			/* the tap carries the vnet header itself */
-			if (write(d->tap, h_ptr(d, ds->addr), ds->len) < 0 && errno == EAGAIN)
+			if (write(d->tap, h_ptr(d, ds->addr), ds->len) < 0 && errno == EAGAIN) {
+				tx_full = true;
 				break;
+			}
 			dev_used(tx, &tx_used, head, 0);
 			tx_last++;
 			busy = true;
@@ -207,8 +209,10 @@ static void *user_device(void *arg)
 			struct vring_desc *ds = &rx->vr.desc[head];
 			ssize_t n = read(d->tap, h_ptr(d, ds->addr), ds->len);
 
-			if (n <= 0)
+			if (n <= 0) {
+				rx_dry = false;
 				break;
+			}
 			if (d->features & (1ULL << VIRTIO_NET_F_MRG_RXBUF))
 				*(uint16_t *)((uint8_t *)h_ptr(d, ds->addr) + 10) = 1;
 			dev_used(rx, &rx_used, head, n);
@@ -216,6 +220,17 @@ static void *user_device(void *arg)
 			busy = true;
 		}
 		if (!busy) {
+			/* Ask for a kick at the entries it stopped at, as QEMU's
+			 * virtio-net does with EVENT_IDX, then look again: what
+			 * the guest published before it saw the request came
+			 * without a kick. A TX ring the tap refused waits for
+			 * room on the tap, and RX for frames, instead. */
+			__atomic_store_n(&vring_avail_event(&tx->vr), tx_last, __ATOMIC_RELAXED);
+			__atomic_store_n(&vring_avail_event(&rx->vr), rx_last, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			if ((!tx_full && dev_has_avail(tx, &tx_last)) || (rx_dry && dev_has_avail(rx, &rx_last)))
+				continue;
+			pf[2].events = POLLIN | (tx_full ? POLLOUT : 0);
 			poll(pf, 3, 10);
 			/* consume the kicks; the rings are rescanned anyway */
 			if (pf[0].revents & POLLIN)
@@ -285,23 +300,55 @@ static int setup_pair(struct pair *p)
 
 /* ---- guest side ------------------------------------------------------- */
 
-/*
- * Kicks queue q after the entries from avail index `old` on were
- * published. With -K on split rings, only when the device asked for it,
- * as a Linux guest's virtqueue_kick_prepare decides with EVENT_IDX: a full
- * barrier, then whether avail_event lies in [old, new). Without -K, always
- * (the harness's default).
- */
-static void kick(struct h_dev *d, int q, uint16_t old)
-{
-	struct h_vq *v = &d->vq[q];
+/* Where a refill of queue q starts, for kick() to tell what it added. */
+struct kick_mark {
+	uint16_t avail_idx;		/* split rings */
+	uint16_t p_avail;		/* packed rings, with its wrap counter */
+	bool p_avail_wrap;
+};
 
-	if (kick_asked && !packed_rings()) {
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (!vring_need_event(__atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE),
-				      v->avail_idx, old))
-			return;
-	}
+static struct kick_mark kick_mark(struct h_vq *v)
+{
+	return (struct kick_mark){ v->avail_idx, v->p_avail, v->p_avail_wrap };
+}
+
+/*
+ * Whether the device asked for a kick for the entries published since
+ * `from`, as a Linux guest's virtqueue_kick_prepare decides with
+ * EVENT_IDX after a full barrier: on a split ring, whether avail_event
+ * lies in [old, new); on a packed ring, from the device area's flags and,
+ * in DESC mode, its event offset and wrap counter
+ * (virtqueue_kick_prepare_packed).
+ */
+static bool kick_needed(struct h_dev *d, struct h_vq *v, struct kick_mark from)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!d->packed)
+		return vring_need_event(__atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE),
+					v->avail_idx, from.avail_idx);
+	/* off_wrap and flags in one load, as the guest reads them. */
+	uint32_t snap = __atomic_load_n((uint32_t *)v->pdevice, __ATOMIC_ACQUIRE);
+	uint16_t off_wrap = snap & 0xffff, flags = snap >> 16;
+	uint16_t added = v->p_avail + (v->p_avail_wrap != from.p_avail_wrap ? v->num : 0) - from.p_avail;
+	uint16_t event = off_wrap & 0x7fff;
+
+	if (flags != VRING_PACKED_EVENT_FLAG_DESC)
+		return flags != VRING_PACKED_EVENT_FLAG_DISABLE;
+	if (!!(off_wrap >> 15) != v->p_avail_wrap)
+		event -= v->num;
+	return vring_need_event(event, v->p_avail, (uint16_t)(v->p_avail - added));
+}
+
+/*
+ * Kicks queue q after the entries published since `from`: by default only
+ * when the device asked for it, as a Linux guest does with EVENT_IDX
+ * (every ring of this bench negotiates it). With -A, after every refill,
+ * which a guest may do too: the harness's default before 2026-12-02.
+ */
+static void kick(struct h_dev *d, int q, struct kick_mark from)
+{
+	if (!kick_always && !kick_needed(d, &d->vq[q], from))
+		return;
 	h_kick(d, q);
 }
 
@@ -309,7 +356,7 @@ static void tx_fill(struct pair *p)
 {
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[1];
-	uint16_t old = v->avail_idx;
+	struct kick_mark from = kick_mark(v);
 	int posted = 0;
 
 	while (h_used_pending(d, 1)) {
@@ -326,14 +373,14 @@ static void tx_fill(struct pair *p)
 		posted++;
 	}
 	if (posted)
-		kick(d, 1, old);
+		kick(d, 1, from);
 }
 
 static void rx_fill_all(struct pair *p)
 {
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[0];
-	uint16_t old = v->avail_idx;
+	struct kick_mark from = kick_mark(v);
 	int posted = 0;
 
 	while (h_used_pending(d, 0)) {
@@ -357,7 +404,7 @@ static void rx_fill_all(struct pair *p)
 		posted++;
 	}
 	if (posted)
-		kick(d, 0, old);
+		kick(d, 0, from);
 }
 
 static void *rx_source(void *arg)
@@ -419,12 +466,13 @@ static void run_lat(struct pair *p, uint64_t end)
 		struct h_vq *v = &d->vq[1];
 		uint16_t head = v->avail_idx % v->num;
 		uint64_t b = h_buf(d, 1, head);
+		struct kick_mark from = kick_mark(v);
 
 		memset(h_ptr(d, b), 0, d->hdr_len);
 		h_frame((uint8_t *)h_ptr(d, b) + d->hdr_len, p->nlat, size);
 		v->vr.desc[head] = (struct vring_desc){ b, d->hdr_len + size, 0, 0 };
 		h_publish(d, 1, head);
-		kick(d, 1, (uint16_t)(v->avail_idx - 1));
+		kick(d, 1, from);
 		/* the reflector: read it off the tap and send it back in */
 		if (poll(&pf, 1, 1000) != 1)
 			break;
@@ -639,7 +687,7 @@ int main(int argc, char **argv)
 	uint32_t lost = 0;
 	int c, i;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITKh")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITKAh")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
@@ -651,16 +699,18 @@ int main(int argc, char **argv)
 		case 'P': packed = true; break;
 		case 'I': in_order = true; break;
 		case 'T': iotlb = true; break;
-		case 'K': kick_asked = true; break;
+		case 'K': break;	/* the default now */
+		case 'A': kick_always = true; break;
 		default:
 			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
-					"             [-p US] [-l] [-P] [-I] [-T] [-K]\n"
+					"             [-p US] [-l] [-P] [-I] [-T] [-A]\n"
 					"  -p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues\n"
 					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n"
 					"  -P: packed rings (VIRTIO_F_RING_PACKED) on rs; c and user run split rings\n"
 					"  -I: VIRTIO_F_IN_ORDER on rs and c (split rings only; user runs without)\n"
 					"  -T: the device IOTLB (VIRTIO_F_ACCESS_PLATFORM), pages mapped ahead, on rs and c\n"
-					"  -K: kick only when the device asked (event-idx), as a Linux guest does; split rings\n");
+					"  -A: kick after every refill; by default the guest side kicks only when the device\n"
+					"      asked (event-idx), as a Linux guest does\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -744,7 +794,7 @@ int main(int argc, char **argv)
 	       "\"packed\":%d,\"ring\":\"%s\",\"in_order\":%d,\"in_order_rings\":%d,\"iotlb\":%d,"
 	       "\"iotlb_on\":%d,\"kick_asked\":%d,\"secs\":%.3f",
 	       backend, mode, size, nq, busy_us, dirty_log, packed, packed_rings() ? "packed" : "split",
-	       in_order, in_order_rings(), iotlb, iotlb_on(), kick_asked, (t1 - t0) / 1e9);
+	       in_order, in_order_rings(), iotlb, iotlb_on(), !kick_always, (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 
