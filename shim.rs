@@ -10,11 +10,17 @@
 //! inline helpers of `ptr_ring`, `xdp_buff` and tun, and the current task's
 //! state. Callers are in `worker.rs`, `uaccess.rs` and `tap_glue.rs`.
 
+use crate::vring::Store8;
 use core::ffi::c_void;
 use kernel::{
     bindings,
     ffi::{c_char, c_int, c_uint},
 };
+
+// `Store8` is the shim's `struct vnr_store8`, whose layout the shim asserts
+// too.
+const _: () = assert!(core::mem::size_of::<Store8>() == 12);
+const _: () = assert!(core::mem::offset_of!(Store8, bytes) == 4);
 
 /// Opaque `struct vhost_task` (kernel/vhost_task.c).
 #[repr(C)]
@@ -63,13 +69,7 @@ extern "C" {
     pub(crate) fn vnr_put_user_u64(uaddr: *mut u64, val: u64) -> c_int;
     pub(crate) fn vnr_read_user_16(uaddr: *const c_void, dst: *mut u8) -> c_int;
     pub(crate) fn vnr_read_user_16_acquire(uaddr: *const c_void, dst: *mut u8) -> c_int;
-    pub(crate) fn vnr_put_user_u64_each(
-        uaddr: *mut c_void,
-        len: usize,
-        offsets: *const u32,
-        vals: *const u64,
-        n: c_uint,
-    ) -> c_int;
+    pub(crate) fn vnr_put_user_u64_each(uaddr: *mut c_void, len: usize, stores: *const Store8, n: c_uint) -> c_int;
 
     // vnr_shim.h: the current task and the address space.
     pub(crate) fn vnr_set_current_running();

@@ -89,37 +89,20 @@ impl GuestMemory for OwnerMem {
     }
 
     fn write_8_each(&self, area: u64, area_len: u64, stores: &[Store8]) -> Result<(), VringError> {
-        const CHUNK: usize = 32;
         if area % 8 != 0 {
             return Err(VringError::Fault);
         }
         let base = uptr(area)?;
         let len = usize::try_from(area_len).map_err(|_| VringError::Fault)?;
-        for chunk in stores.chunks(CHUNK) {
-            let mut offsets = [0u32; CHUNK];
-            let mut vals = [0u64; CHUNK];
-            for ((offset, val), store) in offsets.iter_mut().zip(vals.iter_mut()).zip(chunk) {
-                *offset = store.offset;
-                // A native store of the bytes' native value writes them in
-                // order.
-                *val = u64::from_ne_bytes(store.bytes);
-            }
-            // SAFETY: The shim checks that every offset lies, 8-byte
-            // aligned, inside the `len` bytes at `base`, and the whole area
-            // with access_ok, and handles faults; both arrays hold
-            // `chunk.len()` valid entries.
-            let ret = unsafe {
-                shim::vnr_put_user_u64_each(
-                    base.as_mut_ptr().cast(),
-                    len,
-                    offsets.as_ptr(),
-                    vals.as_ptr(),
-                    chunk.len() as c_uint,
-                )
-            };
-            if ret != 0 {
-                return Err(VringError::Fault);
-            }
+        let count = c_uint::try_from(stores.len()).map_err(|_| VringError::Fault)?;
+        // SAFETY: `Store8` has the layout of the shim's `struct vnr_store8`
+        // (asserted in shim.rs and in the shim), and `stores` holds `count` of
+        // them. The shim checks that every offset lies, 8-byte aligned,
+        // inside the `len` bytes at `base`, and the whole area with
+        // access_ok, and handles faults.
+        let ret = unsafe { shim::vnr_put_user_u64_each(base.as_mut_ptr().cast(), len, stores.as_ptr(), count) };
+        if ret != 0 {
+            return Err(VringError::Fault);
         }
         Ok(())
     }
@@ -131,6 +114,7 @@ impl GuestMemory for OwnerMem {
             .map_err(|_| VringError::Fault)
     }
 
+    #[inline]
     fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
         let p = uptr(addr)?;
         let mut bytes = [0u8; 16];
@@ -144,6 +128,7 @@ impl GuestMemory for OwnerMem {
         Ok(bytes)
     }
 
+    #[inline]
     fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], VringError> {
         // The shim's two 64-bit loads are single-copy atomic when each is
         // aligned; a ring behind the device IOTLB may be mapped at any

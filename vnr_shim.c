@@ -174,26 +174,34 @@ fault:
 
 /*
  * The rest of a packed ring's used batch: n aligned 64-bit stores, each
- * single-copy atomic, in order, at byte offsets[i] of the len bytes at
- * uaddr (the descriptor ring), in one user-access scope. The area is
- * checked whole with access_ok, not masked: the stores are not at its
- * start.
+ * single-copy atomic, in order, at byte stores[i].offset of the len bytes
+ * at uaddr (the descriptor ring), in one user-access scope, read straight
+ * from the caller's array. The area is checked whole with access_ok, not
+ * masked: the stores are not at its start. An offset outside it (the
+ * caller's bug) ends the batch there with -EFAULT.
  */
-int vnr_put_user_u64_each(void __user *uaddr, size_t len, const u32 *offsets,
-			  const u64 *vals, unsigned int n)
+static_assert(sizeof(struct vnr_store8) == 12);
+static_assert(offsetof(struct vnr_store8, bytes) == 4);
+
+int vnr_put_user_u64_each(void __user *uaddr, size_t len, const struct vnr_store8 *stores,
+			  unsigned int n)
 {
 	u8 __user *base = uaddr;
 	unsigned int i;
 
 	if ((unsigned long)base % 8 || len < 8)
 		return -EFAULT;
-	for (i = 0; i < n; i++)
-		if (offsets[i] % 8 || offsets[i] > len - 8)
-			return -EFAULT;
 	if (!user_write_access_begin(base, len))
 		return -EFAULT;
-	for (i = 0; i < n; i++)
-		unsafe_put_user(vals[i], (u64 __user *)(base + offsets[i]), fault);
+	for (i = 0; i < n; i++) {
+		u32 offset = stores[i].offset;
+		u64 val;
+
+		if (offset % 8 || offset > len - 8)
+			goto fault;
+		memcpy(&val, stores[i].bytes, sizeof(val));
+		unsafe_put_user(val, (u64 __user *)(base + offset), fault);
+	}
 	user_write_access_end();
 	return 0;
 fault:

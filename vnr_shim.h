@@ -31,8 +31,15 @@ int vnr_put_user_u16(u16 __user *uaddr, u16 val);
 int vnr_put_user_u64(u64 __user *uaddr, u64 val);
 int vnr_read_user_16(const void __user *uaddr, u8 *dst);
 int vnr_read_user_16_acquire(const void __user *uaddr, u8 *dst);
-int vnr_put_user_u64_each(void __user *uaddr, size_t len, const u32 *offsets,
-			  const u64 *vals, unsigned int n);
+/* One store of vnr_put_user_u64_each: `bytes`, in memory order, at byte
+ * `offset` of the area. Rust's `vring::Store8` has this layout. */
+struct vnr_store8 {
+	u32 offset;
+	u8 bytes[8];
+};
+
+int vnr_put_user_u64_each(void __user *uaddr, size_t len, const struct vnr_store8 *stores,
+			  unsigned int n);
 
 void vnr_set_current_running(void);
 void vnr_set_current_interruptible(void);

@@ -189,7 +189,9 @@ pub(crate) trait GuestMemory {
 }
 
 /// One store of [`GuestMemory::write_8_each`]: `bytes` at byte `offset`
-/// of its area.
+/// of its area. Laid out as the shim's `struct vnr_store8` (12 bytes, the
+/// bytes at 4), which reads an array of them in place.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Store8 {
     pub(crate) offset: u32,
