@@ -540,12 +540,18 @@ impl PackedRing {
         self.avail_at(mem, unseen)
     }
 
-    /// Asks the guest not to kick while the device polls the ring. With
-    /// event-idx nothing is written, as for a split ring: the position the
-    /// device last asked a kick for is behind the driver once the device
-    /// runs, so the driver does not kick again.
+    /// Asks the guest not to kick while the device polls the ring.
+    ///
+    /// With event-idx, once this ring has asked for a kick at a position
+    /// (`DESC`), nothing is written, as for a split ring: that position is
+    /// behind the driver once the device runs, so the driver does not kick
+    /// again. Until then the device area holds what the driver put there:
+    /// after a reset flags 0, `ENABLE`, a kick for every chain published
+    /// (what a Linux guest's RX refills did to a ring that never ran dry,
+    /// one wakeup of the RX worker per packet). So `DISABLE` is written
+    /// once, as QEMU's packed rings write it.
     pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
-        if self.features.event_idx {
+        if self.features.event_idx && self.device_flags == Some(EVENT_FLAG_DESC) {
             return Ok(());
         }
         self.set_device_flags(mem, log, EVENT_FLAG_DISABLE)

@@ -300,55 +300,21 @@ static int setup_pair(struct pair *p)
 
 /* ---- guest side ------------------------------------------------------- */
 
-/* Where a refill of queue q starts, for kick() to tell what it added. */
-struct kick_mark {
-	uint16_t avail_idx;		/* split rings */
-	uint16_t p_avail;		/* packed rings, with its wrap counter */
-	bool p_avail_wrap;
-};
-
-static struct kick_mark kick_mark(struct h_vq *v)
-{
-	return (struct kick_mark){ v->avail_idx, v->p_avail, v->p_avail_wrap };
-}
-
-/*
- * Whether the device asked for a kick for the entries published since
- * `from`, as a Linux guest's virtqueue_kick_prepare decides with
- * EVENT_IDX after a full barrier: on a split ring, whether avail_event
- * lies in [old, new); on a packed ring, from the device area's flags and,
- * in DESC mode, its event offset and wrap counter
- * (virtqueue_kick_prepare_packed).
- */
-static bool kick_needed(struct h_dev *d, struct h_vq *v, struct kick_mark from)
-{
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (!d->packed)
-		return vring_need_event(__atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE),
-					v->avail_idx, from.avail_idx);
-	/* off_wrap and flags in one load, as the guest reads them. */
-	uint32_t snap = __atomic_load_n((uint32_t *)v->pdevice, __ATOMIC_ACQUIRE);
-	uint16_t off_wrap = snap & 0xffff, flags = snap >> 16;
-	uint16_t added = v->p_avail + (v->p_avail_wrap != from.p_avail_wrap ? v->num : 0) - from.p_avail;
-	uint16_t event = off_wrap & 0x7fff;
-
-	if (flags != VRING_PACKED_EVENT_FLAG_DESC)
-		return flags != VRING_PACKED_EVENT_FLAG_DISABLE;
-	if (!!(off_wrap >> 15) != v->p_avail_wrap)
-		event -= v->num;
-	return vring_need_event(event, v->p_avail, (uint16_t)(v->p_avail - added));
-}
+/* Kicks sent, per queue (0 RX, 1 TX), every pair's. */
+static uint64_t kicks_sent[2];
 
 /*
  * Kicks queue q after the entries published since `from`: by default only
- * when the device asked for it, as a Linux guest does with EVENT_IDX
- * (every ring of this bench negotiates it). With -A, after every refill,
- * which a guest may do too: the harness's default before 2026-12-02.
+ * when the device asked for it (h_kick_needed), as a Linux guest does with
+ * EVENT_IDX, which every ring of this bench negotiates. With -A, after
+ * every refill, which a guest may do too: the harness's default before
+ * 2026-12-02.
  */
-static void kick(struct h_dev *d, int q, struct kick_mark from)
+static void kick(struct h_dev *d, int q, struct h_kick_mark from)
 {
-	if (!kick_always && !kick_needed(d, &d->vq[q], from))
+	if (!kick_always && !h_kick_needed(d, q, from))
 		return;
+	__atomic_fetch_add(&kicks_sent[q], 1, __ATOMIC_RELAXED);
 	h_kick(d, q);
 }
 
@@ -356,7 +322,7 @@ static void tx_fill(struct pair *p)
 {
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[1];
-	struct kick_mark from = kick_mark(v);
+	struct h_kick_mark from = h_kick_mark(v);
 	int posted = 0;
 
 	while (h_used_pending(d, 1)) {
@@ -380,7 +346,7 @@ static void rx_fill_all(struct pair *p)
 {
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[0];
-	struct kick_mark from = kick_mark(v);
+	struct h_kick_mark from = h_kick_mark(v);
 	int posted = 0;
 
 	while (h_used_pending(d, 0)) {
@@ -466,7 +432,7 @@ static void run_lat(struct pair *p, uint64_t end)
 		struct h_vq *v = &d->vq[1];
 		uint16_t head = v->avail_idx % v->num;
 		uint64_t b = h_buf(d, 1, head);
-		struct kick_mark from = kick_mark(v);
+		struct h_kick_mark from = h_kick_mark(v);
 
 		memset(h_ptr(d, b), 0, d->hdr_len);
 		h_frame((uint8_t *)h_ptr(d, b) + d->hdr_len, p->nlat, size);
@@ -684,6 +650,7 @@ static uint32_t run_fair(struct pair *p, uint64_t end)
 int main(int argc, char **argv)
 {
 	uint64_t t0, t1, end, cpu0, cpu1, ctxt0, ctxt1, sw0, sw1, rxsw0, rxsw1, pk = 0, by = 0;
+	uint64_t kicks0[2], kicks1[2];
 	uint32_t lost = 0;
 	int c, i;
 
@@ -750,6 +717,8 @@ int main(int argc, char **argv)
 	}
 	cpu0 = worker_cpu_ns();
 	ctxt0 = system_ctxt();
+	for (i = 0; i < 2; i++)
+		kicks0[i] = __atomic_load_n(&kicks_sent[i], __ATOMIC_RELAXED);
 	sw0 = worker_switches(NULL);
 	rxsw0 = worker_switches("vhost-net-rs-rx");
 	insn_mark();
@@ -779,6 +748,8 @@ int main(int argc, char **argv)
 	insn_mark();
 	cpu1 = worker_cpu_ns();
 	ctxt1 = system_ctxt();
+	for (i = 0; i < 2; i++)
+		kicks1[i] = __atomic_load_n(&kicks_sent[i], __ATOMIC_RELAXED);
 	sw1 = worker_switches(NULL);
 	rxsw1 = worker_switches("vhost-net-rs-rx");
 	stop = 1;
@@ -818,9 +789,10 @@ int main(int argc, char **argv)
 		       pk / ((t1 - t0) / 1e9), by * 8 / ((t1 - t0) / 1e3));
 	}
 	printf(",\"worker_cpu_ns_per_pkt\":%.0f,\"ctxt_per_pkt\":%.2f,\"worker_switches_per_pkt\":%.2f"
-	       ",\"rx_worker_switches_per_pkt\":%.2f}\n",
+	       ",\"rx_worker_switches_per_pkt\":%.2f,\"rx_kicks_per_pkt\":%.3f,\"tx_kicks_per_pkt\":%.3f}\n",
 	       pk ? (double)(cpu1 - cpu0) / pk : 0.0, pk ? (double)(ctxt1 - ctxt0) / pk : 0.0,
-	       pk ? (double)(sw1 - sw0) / pk : 0.0, pk ? (double)(rxsw1 - rxsw0) / pk : 0.0);
+	       pk ? (double)(sw1 - sw0) / pk : 0.0, pk ? (double)(rxsw1 - rxsw0) / pk : 0.0,
+	       pk ? (double)(kicks1[0] - kicks0[0]) / pk : 0.0, pk ? (double)(kicks1[1] - kicks0[1]) / pk : 0.0);
 	for (i = 0; i < nq; i++)
 		h_teardown(&pairs[i].d);
 	return 0;

@@ -813,6 +813,53 @@ static inline void h_kick(struct h_dev *d, int q)
 		perror("kick");
 }
 
+/* Where the driver's publishing on a queue stood, for h_kick_needed to
+ * tell what was published since. */
+struct h_kick_mark {
+	uint16_t avail_idx;		/* split rings */
+	uint16_t p_avail;		/* packed rings, with its wrap counter */
+	bool p_avail_wrap;
+};
+
+static inline struct h_kick_mark h_kick_mark(struct h_vq *v)
+{
+	return (struct h_kick_mark){ v->avail_idx, v->p_avail, v->p_avail_wrap };
+}
+
+/*
+ * Whether the device asked for a kick for what queue q published since
+ * `from`, as a Linux guest decides after a full barrier: with EVENT_IDX on
+ * a split ring, whether avail_event lies in [old, new)
+ * (virtqueue_kick_prepare), without it, whether used->flags lacks
+ * NO_NOTIFY; on a packed ring, from the device area's flags and, in DESC
+ * mode, its event offset and wrap counter (virtqueue_kick_prepare_packed).
+ */
+static inline bool h_kick_needed(struct h_dev *d, int q, struct h_kick_mark from)
+{
+	struct h_vq *v = &d->vq[q];
+	uint32_t snap;
+	uint16_t off_wrap, flags, added, event;
+
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!d->packed) {
+		if (!(d->features & (1ULL << VIRTIO_RING_F_EVENT_IDX)))
+			return !(__atomic_load_n(&v->vr.used->flags, __ATOMIC_ACQUIRE) & VRING_USED_F_NO_NOTIFY);
+		return vring_need_event(__atomic_load_n(&vring_avail_event(&v->vr), __ATOMIC_ACQUIRE),
+					v->avail_idx, from.avail_idx);
+	}
+	/* off_wrap and flags in one load, as the guest reads them. */
+	snap = __atomic_load_n((uint32_t *)v->pdevice, __ATOMIC_ACQUIRE);
+	off_wrap = snap & 0xffff;
+	flags = snap >> 16;
+	if (flags != VRING_PACKED_EVENT_FLAG_DESC)
+		return flags != VRING_PACKED_EVENT_FLAG_DISABLE;
+	added = v->p_avail + (v->p_avail_wrap != from.p_avail_wrap ? v->num : 0) - from.p_avail;
+	event = off_wrap & 0x7fff;
+	if (!!(off_wrap >> 15) != v->p_avail_wrap)
+		event -= v->num;
+	return vring_need_event(event, v->p_avail, (uint16_t)(v->p_avail - added));
+}
+
 /*
  * The packed ring's driver side (virtio 1.1 2.8). A buffer is a chain of
  * descriptors written at consecutive ring positions; the driver marks

@@ -490,6 +490,50 @@ TEST(event_suppression_with_event_idx) { SKIP_ON_C(); event_case(_metadata, true
 TEST(event_suppression_without_event_idx) { SKIP_ON_C(); event_case(_metadata, false); }
 
 /*
+ * A Linux guest kicks a packed ring when the device area asks
+ * (virtqueue_kick_prepare_packed, h_kick_needed). An RX ring that never
+ * runs dry must not ask on every refill. The device area starts as the
+ * driver zeroed it: flags 0, ENABLE, a kick for every publish, until the
+ * device writes it. With event-idx, a DESC position left from before may
+ * come round once in two laps; every refill is what was wrong.
+ */
+TEST(rx_with_buffers_left_asks_for_no_kicks)
+{
+	struct h_opts o = popts;
+	struct h_dev d;
+	struct h_vq *v;
+	uint8_t frame[128];
+	unsigned int i, frames = 3 * NUM, asked = 0;
+
+	SKIP_ON_C();
+	ASSERT_EQ(0, h_setup(&d, &o));
+	v = &d.vq[0];
+	for (i = 0; i < NUM / 2; i++) {
+		v->vr.desc[i] = (struct vring_desc){ h_buf(&d, 0, i), v->buf_size, VRING_DESC_F_WRITE, 0 };
+		h_publish(&d, 0, i);
+	}
+	h_kick(&d, 0);
+	for (i = 0; i < frames; i++) {
+		struct vring_used_elem e;
+		struct h_kick_mark from;
+
+		h_frame(frame, i, 60);
+		ASSERT_EQ(60, send(d.pkt, frame, 60, 0));
+		ASSERT_EQ(0, h_wait_used(&d, 0, 1, WAIT_MS)) TH_LOG("rx: frame %u never used", i);
+		e = h_take_used(&d, 0);
+		/* The buffer goes straight back, as a guest's refill. */
+		from = h_kick_mark(v);
+		h_publish(&d, 0, e.id);
+		if (h_kick_needed(&d, 0, from)) {
+			asked++;
+			h_kick(&d, 0);
+		}
+	}
+	EXPECT_GE(frames / NUM, asked) TH_LOG("%u kicks asked for %u refills", asked, frames);
+	h_teardown(&d);
+}
+
+/*
  * QEMU's stop and restart (migration, vm stop): backend detached,
  * GET_VRING_BASE, and later SET_VRING_BASE with what it returned and the
  * backend again. The base must be exactly where the ring stands, wrap
