@@ -127,6 +127,27 @@ fn write_iov<M: GuestMemory>(mem: &M, iov: &[Iov], mut offset: u64, data: &[u8])
     }
 }
 
+/// Writes `num_buffers` (little-endian) into the virtio-net header at the
+/// start of the buffers `iov`: one 16-bit store when the field lies in the
+/// first segment, 2-byte aligned, as guests lay their buffers out; else
+/// through [`write_iov`]. The copy that `write_iov` makes goes through the
+/// kernel's out-of-line `copy_to_user`, for two bytes of every RX packet
+/// (57 instructions in this module alone, `scripts/profile --insns --mode rx`).
+#[inline]
+fn write_num_buffers(iov: &[Iov], num_buffers: u16) -> Result<(), VringError> {
+    let offset = VirtioNetHdr::NUM_BUFFERS_OFFSET as u64;
+    let bytes = num_buffers.to_le_bytes();
+    if let Some(first) = iov.first() {
+        // No overflow: the segment was translated whole, and `offset + 2`
+        // lies inside it.
+        if first.len >= offset + 2 && (first.addr + offset) % 2 == 0 {
+            // A native store of the bytes' native value writes them in order.
+            return OwnerMem.write_u16(first.addr + offset, u16::from_ne_bytes(bytes));
+        }
+    }
+    write_iov(&OwnerMem, iov, offset, &bytes)
+}
+
 /// A user iovec array of `MAX_SEGMENTS` entries.
 fn user_iov_scratch() -> Result<KVec<UserIov>> {
     let mut uiov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
@@ -550,7 +571,7 @@ fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
                 VirtioNetHdr { num_buffers: if set_num_buffers { num_buffers } else { 0 }, ..Default::default() };
             write_iov(&OwnerMem, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
         } else if set_num_buffers {
-            write_iov(&OwnerMem, &active.iov[..segs], VirtioNetHdr::NUM_BUFFERS_OFFSET as u64, &num_buffers.to_le_bytes())
+            write_num_buffers(&active.iov[..segs], num_buffers)
         } else {
             Ok(())
         };
