@@ -227,7 +227,7 @@ enum TxStep {
 /// `sock`: batched if `batch_headroom` says the tap takes batches
 /// ([`TapSocket::batch_headroom`]). Inlined into the TX loop, as C's
 /// per-packet code is in `handle_tx_copy` (`scripts/profile --insns`).
-#[inline]
+#[inline(always)]
 fn tx_one(
     sock: &TapSocket,
     scratch: &mut TxScratch,
@@ -247,12 +247,11 @@ fn tx_one(
     let len = (chain.out_len - vhost_hlen) as usize;
     let readable = &iov[..chain.out];
     if let Some(headroom) = batch_headroom {
-        let mut outcome = scratch.batch.add(readable, vhost_hlen, len, hdr.sock, headroom);
-        if outcome == Batched::Full {
+        // A full batch goes first: one call of `add` (inlined here) below.
+        if scratch.batch.is_full() {
             scratch.send_batch(sock, tally);
-            outcome = scratch.batch.add(readable, vhost_hlen, len, hdr.sock, headroom);
         }
-        match outcome {
+        match scratch.batch.add(readable, vhost_hlen, len, hdr.sock, headroom) {
             // Counted as sent when the batch goes.
             Batched::Added => return Ok(TxStep::Consumed { len }),
             Batched::Malformed => {

@@ -413,14 +413,23 @@ impl TxBatch {
         self.xdp.as_mut_ptr().cast::<u8>().wrapping_add(index * self.xdp_size).cast()
     }
 
+    /// Whether [`TxBatch::add`] would refuse a packet as [`Batched::Full`].
+    #[inline]
+    pub(crate) fn is_full(&self) -> bool {
+        self.count >= TX_BATCH
+    }
+
     /// Copies one packet of `len` bytes (the tap's vnet header of
     /// `sock_hlen` bytes first) from the chain's readable segments `iov`,
     /// after their first `skip` bytes (the vhost header), into a fragment,
     /// with `headroom` bytes before it for the tap's XDP program
     /// ([`TapSocket::batch_headroom`]). The segments are read where they
-    /// are: no user iovec array is built for a batched packet.
+    /// are: no user iovec array is built for a batched packet. Inlined
+    /// into the TX loop, as `net::tx_one` is: a call per packet with seven
+    /// arguments was its own prologue and register shuffle.
+    #[inline(always)]
     pub(crate) fn add(&mut self, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, headroom: usize) -> Batched {
-        if self.count >= TX_BATCH {
+        if self.is_full() {
             return Batched::Full;
         }
         if len < sock_hlen + ETH_HLEN {
