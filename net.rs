@@ -130,9 +130,8 @@ fn write_iov<M: GuestMemory>(mem: &M, iov: &[Iov], mut offset: u64, data: &[u8])
 /// Writes `num_buffers` (little-endian) into the virtio-net header at the
 /// start of the buffers `iov`: one 16-bit store when the field lies in the
 /// first segment, 2-byte aligned, as guests lay their buffers out; else
-/// through [`write_iov`]. The copy that `write_iov` makes goes through the
-/// kernel's out-of-line `copy_to_user`, for two bytes of every RX packet
-/// (57 instructions in this module alone, `scripts/profile --insns --mode rx`).
+/// through [`write_iov`], whose copy goes through the kernel's out-of-line
+/// `copy_to_user`: too much for two bytes of every RX packet.
 #[inline]
 fn write_num_buffers(iov: &[Iov], num_buffers: u16) -> Result<(), VringError> {
     let offset = VirtioNetHdr::NUM_BUFFERS_OFFSET as u64;
@@ -263,7 +262,8 @@ fn tx_one(
                 return Ok(TxStep::Retry);
             }
             // Larger than a page: what is batched goes first, to keep the
-            // order, then this one on its own.
+            // order, then this one on its own. (`Full` cannot come back:
+            // the batch was emptied above, as `send` always does.)
             Batched::TooBig | Batched::Full => scratch.send_batch(sock, tally),
         }
     }

@@ -545,11 +545,13 @@ impl PackedRing {
     /// With event-idx, once this ring has asked for a kick at a position
     /// (`DESC`), nothing is written, as for a split ring: that position is
     /// behind the driver once the device runs, so the driver does not kick
-    /// again. Until then the device area holds what the driver put there:
-    /// after a reset flags 0, `ENABLE`, a kick for every chain published
-    /// (what a Linux guest's RX refills did to a ring that never ran dry,
-    /// one wakeup of the RX worker per packet). So `DISABLE` is written
-    /// once, as QEMU's packed rings write it.
+    /// again. Until then the device area holds flags 0 (`ENABLE`, as the
+    /// driver zeroed it, and as the module writes it when a backend is
+    /// attached): a kick for every chain published, which is what a Linux
+    /// guest's RX refills did to a ring that never ran dry, one wakeup of
+    /// the RX worker per packet. So `DISABLE` is written, once: the flags
+    /// written are remembered (QEMU's packed rings write it on every
+    /// disable).
     pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
         if self.features.event_idx && self.device_flags == Some(EVENT_FLAG_DESC) {
             return Ok(());

@@ -21,6 +21,7 @@ use kernel::{
 // too.
 const _: () = assert!(core::mem::size_of::<Store8>() == 12);
 const _: () = assert!(core::mem::offset_of!(Store8, bytes) == 4);
+const _: () = assert!(core::mem::align_of::<Store8>() == 4);
 
 /// Opaque `struct vhost_task` (kernel/vhost_task.c).
 #[repr(C)]

@@ -425,7 +425,7 @@ impl TxBatch {
     /// with `headroom` bytes before it for the tap's XDP program
     /// ([`TapSocket::batch_headroom`]). The segments are read where they
     /// are: no user iovec array is built for a batched packet. Inlined
-    /// into the TX loop, as `net::tx_one` is: a call per packet with seven
+    /// into the TX loop, as `net::tx_one` is: a call per packet with six
     /// arguments was its own prologue and register shuffle.
     #[inline(always)]
     pub(crate) fn add(&mut self, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, headroom: usize) -> Batched {

@@ -333,6 +333,20 @@ impl<B: Backend> ActiveRing<'_, B> {
         }
     }
 
+    /// After a run that faulted on the owner's memory: asks the guest to
+    /// kick again, so that the queue tries again at its next kick, not
+    /// never. While it runs, a packed ring with event-idx has `DISABLE` in
+    /// its device area ([`PackedRing::disable_notify`]). Best effort: the
+    /// memory may fault again, and then the queue waits for userspace.
+    pub(crate) fn ask_for_kick(&mut self) {
+        let asked = match self.iotlb {
+            None => self.ring.enable_notify(&OwnerMem, &self.log),
+            Some(iotlb) => self.ring.enable_notify(&Translated::new(&OwnerMem, iotlb), &self.log),
+        };
+        let _faulted_again: Result<bool, VringError> = asked;
+        self.log.flush();
+    }
+
     /// Asks the guest not to kick while this run polls the ring
     /// (`vhost_disable_notify`).
     pub(crate) fn disable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<(), VringError> {
@@ -925,8 +939,8 @@ impl<B: Backend> VqState<B> {
     /// line. A malformed ring stays stopped until userspace reconfigures
     /// it, so a hostile guest cannot make the worker spin or flood the log.
     /// A fault on the owner's memory (userspace unmapped or protected a
-    /// ring) is not the guest's doing: the queue tries again at the next
-    /// kick, as the C driver does for every error.
+    /// ring) is not the guest's doing: the queue asks for a kick and tries
+    /// again at the next one, as the C driver does for every error.
     pub(crate) fn fail(&mut self, err: VringError) {
         self.stats.errors += 1;
         if let Some(eventfd) = &self.err {
@@ -936,6 +950,8 @@ impl<B: Backend> VqState<B> {
         if err != VringError::Fault {
             self.stop();
             self.broken = true;
+        } else if let Some(mut active) = self.active() {
+            active.ask_for_kick();
         }
     }
 

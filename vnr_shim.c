@@ -13,6 +13,7 @@
 #include <linux/sched/signal.h>
 #include <linux/skbuff.h>
 #include <linux/uaccess.h>
+#include <linux/unaligned.h>
 #include <linux/version.h>
 #include <linux/vhost.h>
 #include <linux/virtio_config.h>
@@ -199,7 +200,7 @@ int vnr_put_user_u64_each(void __user *uaddr, size_t len, const struct vnr_store
 
 		if (offset % 8 || offset > len - 8)
 			goto fault;
-		memcpy(&val, stores[i].bytes, sizeof(val));
+		val = get_unaligned((const u64 *)stores[i].bytes);
 		unsafe_put_user(val, (u64 __user *)(base + offset), fault);
 	}
 	user_write_access_end();

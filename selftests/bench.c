@@ -230,7 +230,9 @@ static void *user_device(void *arg)
 			__atomic_thread_fence(__ATOMIC_SEQ_CST);
 			if ((!tx_full && dev_has_avail(tx, &tx_last)) || (rx_dry && dev_has_avail(rx, &rx_last)))
 				continue;
-			pf[2].events = POLLIN | (tx_full ? POLLOUT : 0);
+			/* A dry RX ring waits for the guest's kick, not for
+			 * frames it has no buffer for. */
+			pf[2].events = (rx_dry ? 0 : POLLIN) | (tx_full ? POLLOUT : 0);
 			poll(pf, 3, 10);
 			/* consume the kicks; the rings are rescanned anyway */
 			if (pf[0].revents & POLLIN)

@@ -849,8 +849,8 @@ static inline bool h_kick_needed(struct h_dev *d, int q, struct h_kick_mark from
 	}
 	/* off_wrap and flags in one load, as the guest reads them. */
 	snap = __atomic_load_n((uint32_t *)v->pdevice, __ATOMIC_ACQUIRE);
-	off_wrap = snap & 0xffff;
-	flags = snap >> 16;
+	memcpy(&off_wrap, (uint8_t *)&snap, 2);
+	memcpy(&flags, (uint8_t *)&snap + 2, 2);
 	if (flags != VRING_PACKED_EVENT_FLAG_DESC)
 		return flags != VRING_PACKED_EVENT_FLAG_DISABLE;
 	added = v->p_avail + (v->p_avail_wrap != from.p_avail_wrap ? v->num : 0) - from.p_avail;

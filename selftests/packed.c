@@ -530,6 +530,25 @@ TEST(rx_with_buffers_left_asks_for_no_kicks)
 		}
 	}
 	EXPECT_GE(frames / NUM, asked) TH_LOG("%u kicks asked for %u refills", asked, frames);
+	/* The other way round: once a frame finds no buffer, the device
+	 * asks, and the refill's kick brings the frame in. */
+	for (i = 0; i < NUM / 2; i++) {
+		h_frame(frame, frames + i, 60);
+		ASSERT_EQ(60, send(d.pkt, frame, 60, 0));
+		ASSERT_EQ(0, h_wait_used(&d, 0, 1, WAIT_MS)) TH_LOG("rx: frame %u never used", frames + i);
+		h_take_used(&d, 0);
+	}
+	h_frame(frame, frames + i, 60);
+	ASSERT_EQ(60, send(d.pkt, frame, 60, 0));
+	ASSERT_EQ(0, h_wait_drained(&d, 0, WAIT_MS)) TH_LOG("the dry RX ring never asked for a kick");
+	{
+		struct h_kick_mark from = h_kick_mark(v);
+
+		h_publish(&d, 0, 0);
+		EXPECT_TRUE(h_kick_needed(&d, 0, from)) TH_LOG("a refill of the dry RX ring needs no kick");
+		h_kick(&d, 0);
+	}
+	EXPECT_EQ(0, h_wait_used(&d, 0, 1, WAIT_MS)) TH_LOG("the frame waiting for a buffer never came");
 	h_teardown(&d);
 }
 
