@@ -476,7 +476,7 @@ impl TxBatch {
     /// the tap has none) at the start, read from `iov` after its first
     /// `skip` bytes. Only writes go through `buf`: the fragment is
     /// uninitialised memory, so no reference to it is made.
-    #[inline]
+    #[inline(always)]
     fn fill(buf: NonNull<u8>, iov: &[Iov], mut skip: u64, len: usize, sock_hlen: usize, pad: usize) -> Result {
         let hdr_at = pad - sock_hlen;
         let mut off = hdr_at;
