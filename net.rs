@@ -17,7 +17,7 @@ use crate::tap_glue::{BatchSent, Batched, Received, RxBatch, SendError, TapSocke
 use crate::uaccess::OwnerMem;
 use crate::uapi::{feature, VirtioNetHdr};
 use crate::virtqueue::{ActiveRing, Backend, MAX_BATCH, MAX_RX_HEADS};
-use crate::vring::{positions, Chain, GuestMemory, Iov, UsedElem, VringError, MAX_SEGMENTS};
+use crate::vring::{positions, segments_from, Chain, GuestMemory, Iov, UsedElem, VringError, MAX_SEGMENTS};
 use crate::worker::Waker;
 use kernel::{
     fs::File,
@@ -89,36 +89,26 @@ fn ring_ran_dry<B: Backend, M: GuestMemory>(
 /// Fills `uiov` with the segments `iov`, skipping the first `skip` bytes.
 /// Returns the number of user iovecs written.
 #[inline]
-fn to_user_iov(iov: &[Iov], mut skip: u64, uiov: &mut [UserIov]) -> usize {
+fn to_user_iov(iov: &[Iov], skip: u64, uiov: &mut [UserIov]) -> usize {
     let mut count = 0;
-    for seg in iov {
-        if skip >= seg.len {
-            skip -= seg.len;
-            continue;
-        }
+    for seg in segments_from(iov, skip) {
         let Some(slot) = uiov.get_mut(count) else { break };
-        *slot = UserIov { base: (seg.addr + skip) as usize, len: (seg.len - skip) as usize };
-        skip = 0;
+        *slot = UserIov { base: seg.addr as usize, len: seg.len as usize };
         count += 1;
     }
     count
 }
 
 /// Writes `data` at byte `offset` of the buffer described by `iov`.
-fn write_iov<M: GuestMemory>(mem: &M, iov: &[Iov], mut offset: u64, data: &[u8]) -> Result<(), VringError> {
+fn write_iov<M: GuestMemory>(mem: &M, iov: &[Iov], offset: u64, data: &[u8]) -> Result<(), VringError> {
     let mut done = 0usize;
-    for seg in iov {
+    for seg in segments_from(iov, offset) {
         if done == data.len() {
             break;
         }
-        if offset >= seg.len {
-            offset -= seg.len;
-            continue;
-        }
-        let n = core::cmp::min((seg.len - offset) as usize, data.len() - done);
-        mem.write(seg.addr + offset, &data[done..done + n])?;
+        let n = core::cmp::min(seg.len as usize, data.len() - done);
+        mem.write(seg.addr, &data[done..done + n])?;
         done += n;
-        offset = 0;
     }
     if done == data.len() {
         Ok(())

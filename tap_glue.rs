@@ -13,7 +13,7 @@ use crate::compat::code::{enobufs, enotsock};
 use crate::file_poll::PollableFile;
 use crate::shim::{self, PtrRing, XdpBuff};
 use crate::uapi::VirtioNetHdr;
-use crate::vring::Iov;
+use crate::vring::{segments_from, Iov};
 use core::{
     ffi::c_void,
     ptr::NonNull,
@@ -477,26 +477,21 @@ impl TxBatch {
     /// `skip` bytes. Only writes go through `buf`: the fragment is
     /// uninitialised memory, so no reference to it is made.
     #[inline(always)]
-    fn fill(buf: NonNull<u8>, iov: &[Iov], mut skip: u64, len: usize, sock_hlen: usize, pad: usize) -> Result {
+    fn fill(buf: NonNull<u8>, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, pad: usize) -> Result {
         let hdr_at = pad - sock_hlen;
         let mut off = hdr_at;
         let end = hdr_at + len;
-        for seg in iov {
+        for seg in segments_from(iov, skip) {
             if off == end {
                 break;
             }
-            if skip >= seg.len {
-                skip -= seg.len;
-                continue;
-            }
-            // `seg.len - skip` fits: the chain's length is bounded
-            // (MAX_CHAIN_LEN), and `end - off` is at most a page.
-            let n = core::cmp::min((seg.len - skip) as usize, end - off);
+            // `seg.len` fits: the chain's length is bounded (MAX_CHAIN_LEN),
+            // and `end - off` is at most a page.
+            let n = core::cmp::min(seg.len as usize, end - off);
             // SAFETY: `off + n <= end <= buflen`: the range is inside the
             // fragment, which is ours; `read_raw` writes it without reading.
             let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_ptr().add(off).cast(), n) };
-            UserSlice::new(UserPtr::from_addr((seg.addr + skip) as usize), n).reader().read_raw(dst)?;
-            skip = 0;
+            UserSlice::new(UserPtr::from_addr(seg.addr as usize), n).reader().read_raw(dst)?;
             off += n;
         }
         if off != end {

@@ -274,6 +274,39 @@ pub(crate) struct Iov {
     pub(crate) len: u64,
 }
 
+/// The segments of a buffer from its byte `skip` on: the segment that byte
+/// falls in shortened by what is skipped, the ones before it and empty ones
+/// left out. TX reads a packet after the vhost header this way, RX writes a
+/// header field.
+pub(crate) struct SegmentsFrom<'a> {
+    rest: core::slice::Iter<'a, Iov>,
+    skip: u64,
+}
+
+/// See [`SegmentsFrom`].
+pub(crate) fn segments_from(iov: &[Iov], skip: u64) -> SegmentsFrom<'_> {
+    SegmentsFrom { rest: iov.iter(), skip }
+}
+
+impl Iterator for SegmentsFrom<'_> {
+    type Item = Iov;
+
+    #[inline]
+    fn next(&mut self) -> Option<Iov> {
+        for seg in self.rest.by_ref() {
+            if self.skip >= seg.len {
+                self.skip -= seg.len;
+                continue;
+            }
+            let skip = core::mem::take(&mut self.skip);
+            // No overflow: `skip < seg.len`, and a translated segment's
+            // addresses plus its length do not pass 2^64.
+            return Some(Iov { gpa: seg.gpa + skip, addr: seg.addr + skip, len: seg.len - skip });
+        }
+        None
+    }
+}
+
 /// A chain taken from the avail ring.
 ///
 /// `iov[..out]` are the device-readable segments and `iov[out..out + inn]` the

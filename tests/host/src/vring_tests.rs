@@ -581,3 +581,21 @@ fn single_heads_replace_the_read_ahead_window_across_a_lap_of_the_indices() {
         idx = idx.wrapping_add(1);
     }
 }
+
+#[test]
+fn segments_from_skips_whole_and_partial_segments() {
+    let seg = |gpa: u64, len: u64| Iov { gpa, addr: gpa + 0x1000_0000, len };
+    let iov = [seg(0x100, 4), seg(0x200, 0), seg(0x300, 10), seg(0x400, 6)];
+    // Inside the first segment.
+    let got: Vec<_> = segments_from(&iov, 1).collect();
+    assert_eq!(got, vec![seg(0x101, 3), seg(0x300, 10), seg(0x400, 6)]);
+    // Exactly past the first, then past the empty one: neither comes back.
+    let got: Vec<_> = segments_from(&iov, 4).collect();
+    assert_eq!(got, vec![seg(0x300, 10), seg(0x400, 6)]);
+    // Spanning two segments into the third.
+    let got: Vec<_> = segments_from(&iov, 16).collect();
+    assert_eq!(got, vec![seg(0x402, 4)]);
+    // Past the end, and nothing skipped.
+    assert_eq!(segments_from(&iov, 20).count(), 0);
+    assert_eq!(segments_from(&iov, 0).count(), 3);
+}
