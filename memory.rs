@@ -87,7 +87,9 @@ pub(crate) trait Translate {
 }
 
 impl Translate for [Region] {
-    #[inline]
+    // Inlined, with `for_each_piece` below, into `ChainBuilder::push`,
+    // itself inlined into the ring walks: once per descriptor.
+    #[inline(always)]
     fn for_each_piece<E: From<TranslateError>>(
         &self,
         addr: u64,
@@ -187,7 +189,7 @@ pub(crate) struct Segment {
 /// when the walk reaches it: `f` may already have been called for the
 /// first pieces, so callers discard everything on error (the ring parsers
 /// do).
-#[inline]
+#[inline(always)]
 pub(crate) fn for_each_piece<E: From<TranslateError>>(
     regions: &[Region],
     mut gpa: u64,

@@ -298,6 +298,7 @@ impl PackedRing {
         driver + EVENT_FLAGS_OFFSET
     }
 
+    #[inline]
     fn desc_addr(&self, index: u16) -> u64 {
         self.desc + DESC_SIZE * u64::from(index)
     }
@@ -431,12 +432,35 @@ impl PackedRing {
             return Err(VringError::BadUsed);
         };
         let start = self.next_used;
-        let mut at = start.advance(first.positions, self.num);
-        // The rest go out USED_STORES at a time, each store still one
-        // single-copy-atomic 8 bytes.
+        let after_first = start.advance(first.positions, self.num);
+        let at = if rest.is_empty() {
+            after_first
+        } else {
+            let at = self.write_rest(mem, after_first, rest)?;
+            // The rest of the batch before the first entry, which the
+            // driver looks at first.
+            mem.wmb();
+            at
+        };
+        mem.write_8(self.desc_addr(start.index) + DESC_LEN_OFFSET, used_entry(first, start.wrap))?;
+        self.log_span(mem, log, start, at);
+        self.next_used = at;
+        // INVARIANT: `total` was in flight; it is no more.
+        self.in_flight = in_flight as u16;
+        self.unsignalled = self.unsignalled.saturating_add(total);
+        Ok(())
+    }
+
+    /// Writes the used descriptors of `rest` from position `from` on, all
+    /// but a batch's first; returns the position after them. They go out
+    /// [`USED_STORES`] at a time, each store still one single-copy-atomic
+    /// 8 bytes. Apart from `write_used` so that a batch of one chain does
+    /// not clear the stores' array on the stack.
+    fn write_rest<M: GuestMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, VringError> {
         let ring_len = DESC_SIZE * u64::from(self.num);
         let mut stores = [Store8::default(); USED_STORES];
         let mut count = 0;
+        let mut at = from;
         for elem in rest {
             // INVARIANT of `Position`: `index < num <= 32768`, so the
             // offset fits in 32 bits.
@@ -450,18 +474,7 @@ impl PackedRing {
             at = at.advance(elem.positions, self.num);
         }
         mem.write_8_each(self.desc, ring_len, &stores[..count])?;
-        // The rest of the batch before the first entry, which the driver
-        // looks at first.
-        if !rest.is_empty() {
-            mem.wmb();
-        }
-        mem.write_8(self.desc_addr(start.index) + DESC_LEN_OFFSET, used_entry(first, start.wrap))?;
-        self.log_span(mem, log, start, at);
-        self.next_used = at;
-        // INVARIANT: `total` was in flight; it is no more.
-        self.in_flight = in_flight as u16;
-        self.unsignalled = self.unsignalled.saturating_add(total);
-        Ok(())
+        Ok(at)
     }
 
     /// Logs the descriptors from `from` up to (not including) `to`, a span
