@@ -436,7 +436,13 @@ impl PackedRing {
         let at = if rest.is_empty() {
             after_first
         } else {
-            let at = self.write_rest(mem, after_first, rest)?;
+            // Every chain took one position (each at least one): their
+            // used descriptors are adjacent.
+            let at = if total as usize == elems.len() {
+                self.write_rest_adjacent(mem, after_first, rest)?
+            } else {
+                self.write_rest(mem, after_first, rest)?
+            };
             // The rest of the batch before the first entry, which the
             // driver looks at first.
             mem.wmb();
@@ -474,6 +480,37 @@ impl PackedRing {
             at = at.advance(elem.positions, self.num);
         }
         mem.write_8_each(self.desc, ring_len, &stores[..count])?;
+        Ok(at)
+    }
+
+    /// [`PackedRing::write_rest`] when every chain of `rest` took one
+    /// position, as a chain of one descriptor or an indirect one does (a
+    /// Linux guest's RX buffers, and its TX packets with indirect
+    /// descriptors): the used descriptors are adjacent, 16 bytes apart, and
+    /// go out as runs of values up to the ring's end, without an offset
+    /// and a position step each (`scripts/profile --insns`, TX 64 B: 53
+    /// instructions per packet down to 29, the shim's loop included).
+    fn write_rest_adjacent<M: GuestMemory>(
+        &self,
+        mem: &M,
+        from: Position,
+        rest: &[UsedElem],
+    ) -> Result<Position, VringError> {
+        let mut vals = [0u64; USED_STORES];
+        let mut at = from;
+        let mut rest = rest;
+        while !rest.is_empty() {
+            // INVARIANT of `Position`: `at.index < num`, so a run has room.
+            let to_end = usize::from(self.num - at.index);
+            let (run, later) = rest.split_at(rest.len().min(USED_STORES).min(to_end));
+            for (val, elem) in vals.iter_mut().zip(run) {
+                *val = u64::from_ne_bytes(used_entry(elem, at.wrap));
+            }
+            mem.write_8_spaced(self.desc_addr(at.index) + DESC_LEN_OFFSET, DESC_SIZE, &vals[..run.len()])?;
+            // `run.len() <= USED_STORES`, well inside a u16.
+            at = at.advance(run.len() as u16, self.num);
+            rest = later;
+        }
         Ok(at)
     }
 

@@ -71,6 +71,7 @@ extern "C" {
     pub(crate) fn vnr_read_user_16(uaddr: *const c_void, dst: *mut u8) -> c_int;
     pub(crate) fn vnr_read_user_16_acquire(uaddr: *const c_void, dst: *mut u8) -> c_int;
     pub(crate) fn vnr_put_user_u64_each(uaddr: *mut c_void, len: usize, stores: *const Store8, n: c_uint) -> c_int;
+    pub(crate) fn vnr_put_user_u64_spaced(uaddr: *mut c_void, spacing: usize, vals: *const u64, n: c_uint) -> c_int;
 
     // vnr_shim.h: the current task and the address space.
     pub(crate) fn vnr_set_current_running();

@@ -111,6 +111,26 @@ impl GuestMemory for OwnerMem {
         Ok(())
     }
 
+    fn write_8_spaced(&self, addr: u64, spacing: u64, vals: &[u64]) -> Result<(), VringError> {
+        if vals.is_empty() {
+            return Ok(());
+        }
+        if addr % 8 != 0 || spacing % 8 != 0 {
+            return Err(VringError::Fault);
+        }
+        let base = uptr(addr)?;
+        let spacing = usize::try_from(spacing).map_err(|_| VringError::Fault)?;
+        let count = c_uint::try_from(vals.len()).map_err(|_| VringError::Fault)?;
+        // SAFETY: `vals` holds `count` values. The shim checks the whole
+        // span the stores cover with access_ok (refusing a span that
+        // overflows) and handles faults.
+        let ret = unsafe { shim::vnr_put_user_u64_spaced(base.as_mut_ptr().cast(), spacing, vals.as_ptr(), count) };
+        if ret != 0 {
+            return Err(VringError::Fault);
+        }
+        Ok(())
+    }
+
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError> {
         UserSlice::new(uptr(addr)?, buf.len())
             .reader()

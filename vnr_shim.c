@@ -8,6 +8,7 @@
 #include <linux/if_vlan.h>
 #include <linux/module.h>
 #include <linux/net.h>
+#include <linux/overflow.h>
 #include <linux/ptr_ring.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
@@ -203,6 +204,35 @@ int vnr_put_user_u64_each(void __user *uaddr, size_t len, const struct vnr_store
 		val = get_unaligned((const u64 *)stores[i].bytes);
 		unsafe_put_user(val, (u64 __user *)(base + offset), fault);
 	}
+	user_write_access_end();
+	return 0;
+fault:
+	user_write_access_end();
+	return -EFAULT;
+}
+
+/*
+ * A run of a packed ring's used descriptors at adjacent positions: n
+ * aligned 64-bit stores, each single-copy atomic, in order, of vals[i] at
+ * uaddr + i * spacing, in one user-access scope. The span they cover is
+ * checked whole with access_ok; one that overflows is refused.
+ */
+int vnr_put_user_u64_spaced(void __user *uaddr, size_t spacing, const u64 *vals, unsigned int n)
+{
+	u8 __user *at = uaddr;
+	size_t span;
+	unsigned int i;
+
+	if (!n)
+		return 0;
+	if ((unsigned long)at % 8 || spacing % 8 ||
+	    check_mul_overflow((size_t)(n - 1), spacing, &span) ||
+	    check_add_overflow(span, (size_t)8, &span))
+		return -EFAULT;
+	if (!user_write_access_begin(at, span))
+		return -EFAULT;
+	for (i = 0; i < n; i++, at += spacing)
+		unsafe_put_user(vals[i], (u64 __user *)at, fault);
 	user_write_access_end();
 	return 0;
 fault:

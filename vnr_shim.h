@@ -40,6 +40,7 @@ struct vnr_store8 {
 
 int vnr_put_user_u64_each(void __user *uaddr, size_t len, const struct vnr_store8 *stores,
 			  unsigned int n);
+int vnr_put_user_u64_spaced(void __user *uaddr, size_t spacing, const u64 *vals, unsigned int n);
 
 void vnr_set_current_running(void);
 void vnr_set_current_interruptible(void);

@@ -160,6 +160,21 @@ pub(crate) trait GuestMemory {
         }
         Ok(())
     }
+    /// Stores of `vals`, in order, at `addr`, `addr + spacing`, and so on,
+    /// each a [`GuestMemory::write_8`] of the value's bytes in native order
+    /// (a packed ring's used descriptors at adjacent positions). This
+    /// default makes them one by one; the owner's memory makes them in one
+    /// user access.
+    fn write_8_spaced(&self, addr: u64, spacing: u64, vals: &[u64]) -> Result<(), VringError> {
+        let mut at = addr;
+        for (i, val) in vals.iter().enumerate() {
+            if i > 0 {
+                at = at.checked_add(spacing).ok_or(VringError::Fault)?;
+            }
+            self.write_8(at, val.to_ne_bytes())?;
+        }
+        Ok(())
+    }
     /// Copies `buf.len()` bytes from `addr`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError>;
     /// The 16 bytes at `addr` (a descriptor): [`GuestMemory::read`], unless

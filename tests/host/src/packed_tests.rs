@@ -132,6 +132,9 @@ impl Driver {
         let b = mem.get(at + 8, 6);
         let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let id = u16::from_le_bytes([b[4], b[5]]);
+        // The length counts only with WRITE (2.8.5); the device sets it
+        // exactly when it wrote something.
+        assert_eq!(flags & DESC_F_WRITE != 0, len > 0, "used descriptor {id}: flags {flags:#x}, len {len}");
         let positions = self.positions.remove(&id).expect("the device used an id it was not given");
         for _ in 0..positions {
             self.used_index += 1;
@@ -732,37 +735,43 @@ fn parse_bench_packed() {
 
 #[test]
 fn used_batches_past_one_store_chunk_and_the_ring_end() {
-    // 128 positions, started 100 in: a batch of 70 one- and two-descriptor
-    // chains wraps the ring and needs three chunks of stores after the
-    // first entry.
-    let mut r = rig(128, f());
-    for _ in 0..100 {
-        r.post(&[(0x8000, 1, false)]);
-        let chain = r.pop().unwrap().unwrap();
-        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
-        assert!(r.driver.take_used(&r.mem).is_some());
+    // 128 positions, started 100 in: a batch of 70 chains wraps the ring
+    // and needs three chunks of stores after the first entry. Chains of
+    // one and two descriptors take the stores with offsets; chains of one
+    // descriptor each, with lengths 0 and not (the WRITE flag), the
+    // adjacent runs.
+    for two_descs in [true, false] {
+        let mut r = rig(128, f());
+        for _ in 0..100 {
+            r.post(&[(0x8000, 1, false)]);
+            let chain = r.pop().unwrap().unwrap();
+            r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
+            assert!(r.driver.take_used(&r.mem).is_some());
+        }
+        let mut used = Vec::new();
+        let mut slots = Vec::new();
+        let mut at = 100u64;
+        for k in 0..70u64 {
+            let descs = if two_descs { 1 + k % 2 } else { 1 };
+            let bufs: Vec<Buf> = (0..descs).map(|i| (0x8000 + 0x1000 * i, 1, !two_descs)).collect();
+            r.post(&bufs);
+            let chain = r.pop().unwrap().unwrap();
+            let len = if two_descs { 0 } else { (k % 2) as u32 };
+            used.push(UsedElem::of(&chain, len));
+            slots.push(at);
+            at = (at + bufs.len() as u64) % 128;
+        }
+        r.mem.writes.borrow_mut().clear();
+        r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
+        let entry_at = |index: u64| (DESC + 16 * index + 8, 8usize);
+        let mut want: Vec<_> = slots[1..].iter().map(|&slot| entry_at(slot)).collect();
+        want.push(entry_at(slots[0]));
+        assert_eq!(*r.mem.writes.borrow(), want);
+        for elem in &used {
+            assert_eq!(r.driver.take_used(&r.mem), Some((elem.head, elem.len)));
+        }
+        assert_eq!(r.driver.take_used(&r.mem), None);
     }
-    let mut used = Vec::new();
-    let mut slots = Vec::new();
-    let mut at = 100u64;
-    for k in 0..70u64 {
-        let bufs: Vec<Buf> = (0..1 + k % 2).map(|i| (0x8000 + 0x1000 * i, 1, false)).collect();
-        r.post(&bufs);
-        let chain = r.pop().unwrap().unwrap();
-        used.push(UsedElem::of(&chain, 0));
-        slots.push(at);
-        at = (at + bufs.len() as u64) % 128;
-    }
-    r.mem.writes.borrow_mut().clear();
-    r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
-    let entry_at = |index: u64| (DESC + 16 * index + 8, 8usize);
-    let mut want: Vec<_> = slots[1..].iter().map(|&slot| entry_at(slot)).collect();
-    want.push(entry_at(slots[0]));
-    assert_eq!(*r.mem.writes.borrow(), want);
-    for elem in &used {
-        assert_eq!(r.driver.take_used(&r.mem), Some((elem.head, elem.len)));
-    }
-    assert_eq!(r.driver.take_used(&r.mem), None);
 }
 
 #[test]
