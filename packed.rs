@@ -331,6 +331,7 @@ impl PackedRing {
     /// descriptor with `INDIRECT` (and without `NEXT`) whose table's
     /// `len / 16` descriptors are all its buffers; its buffer id is the last
     /// descriptor's. On error nothing is consumed.
+    #[inline(always)]
     pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,

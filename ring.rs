@@ -59,7 +59,9 @@ impl Ring {
         }
     }
 
-    /// Takes the next available chain; see [`Vring::pop`].
+    /// Takes the next available chain; see [`Vring::pop`]. Inlined into
+    /// each backend's loop, its one caller per memory kind.
+    #[inline(always)]
     pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,

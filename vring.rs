@@ -380,6 +380,7 @@ struct AvailHeads {
 
 impl AvailHeads {
     /// The head at avail position `idx`, if it was read ahead.
+    #[inline(always)]
     fn get(&self, idx: u16) -> Option<u16> {
         let offset = idx.wrapping_sub(self.at);
         if offset < self.len {
@@ -577,6 +578,7 @@ impl Vring {
     /// `Ok(None)` when the ring is empty.
     ///
     /// On error nothing is consumed: `last_avail_idx` is unchanged.
+    #[inline(always)]
     pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,
@@ -601,10 +603,19 @@ impl Vring {
     /// covers: read ahead earlier, or now with the ones after it, up to
     /// [`HEAD_AHEAD`], the last one `avail_idx` covers, and the end of the
     /// ring.
+    #[inline(always)]
     fn avail_head<M: GuestMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
-        if let Some(head) = self.ahead.get(self.last_avail_idx) {
-            return Ok(head);
+        match self.ahead.get(self.last_avail_idx) {
+            Some(head) => Ok(head),
+            None => self.read_heads(mem),
         }
+    }
+
+    /// [`Vring::avail_head`] past the heads read ahead: reads the head at
+    /// `last_avail_idx` and the ones after it. Out of line, so that the
+    /// usual case, a head read ahead, stays a few inlined instructions.
+    #[inline(never)]
+    fn read_heads<M: GuestMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
         let pending = usize::from(self.avail_idx.wrapping_sub(self.last_avail_idx));
         let to_end = self.num64() - u64::from(self.last_avail_idx & self.mask);
         let count = pending.min(HEAD_AHEAD).min(to_end as usize);
@@ -650,6 +661,7 @@ impl Vring {
 
     /// Walks the chain starting at `head`, following `next` links and at most
     /// one level of indirection.
+    #[inline(always)]
     fn walk<M: GuestMemory, T: Translate + ?Sized>(
         &self,
         mem: &M,
