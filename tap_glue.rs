@@ -274,6 +274,7 @@ impl RxBatch {
         usize::try_from(len).ok()
     }
 
+    #[inline]
     fn take(&mut self) -> Option<*mut c_void> {
         if self.head == self.tail {
             return None;
