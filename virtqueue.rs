@@ -141,9 +141,18 @@ impl RingAddr {
     /// address space (`vq_access_ok`); a packed ring's are the descriptor
     /// ring and the two event areas.
     fn in_user_space(&self, num: u32, packed: bool) -> bool {
+        self.end_below(num, packed, user_limit())
+    }
+
+    /// Whether the three parts of a ring of `num` entries end at or below
+    /// `limit`: the user address space's end, or for I/O virtual addresses,
+    /// which the device IOTLB checks at each access, the end of the 64-bit
+    /// space. The parsers add offsets inside a part to its start; a part
+    /// that wraps past 2^64 would overflow them (a panic with the kernel's
+    /// overflow checks), where C's sums would wrap.
+    fn end_below(&self, num: u32, packed: bool, limit: u64) -> bool {
         let (desc_size, avail_size, used_size) =
             if packed { PackedRing::sizes(num) } else { Vring::sizes(num, true) };
-        let limit = user_limit();
         let fits = |start: u64, size: u64| start.checked_add(size).is_some_and(|end| end <= limit);
         fits(self.desc, desc_size) && fits(self.avail, avail_size) && fits(self.used, used_size)
     }
@@ -679,9 +688,13 @@ impl<B: Backend> VqState<B> {
 
     /// Whether the ring's addresses can be used (`vq_access_ok`): inside
     /// the user address space, unless they are I/O virtual addresses,
-    /// which the device IOTLB checks at each access.
+    /// which the device IOTLB checks at each access; those must still not
+    /// wrap past the end of the 64-bit space.
     fn addr_ok(&self, addr: &RingAddr) -> bool {
-        self.iotlb.is_some() || addr.in_user_space(self.num, self.packed())
+        match self.iotlb {
+            Some(_) => addr.end_below(self.num, self.packed(), u64::MAX),
+            None => addr.in_user_space(self.num, self.packed()),
+        }
     }
 
     /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.

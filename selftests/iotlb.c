@@ -1054,6 +1054,64 @@ TEST(set_features_starts_an_empty_iotlb)
 	h_teardown(&d);
 }
 
+/*
+ * A ring part whose I/O virtual addresses run past the end of the 64-bit
+ * space (TX's descriptor table at 2^64 - 16, to which the device adds 16
+ * times the head) cannot be used. vhost-net-rs refuses it when the
+ * backend is attached (-EFAULT, as a ring outside the user address space
+ * without the IOTLB): its parsers add offsets to a part's start, and a
+ * packed ring's sum overflowed there, a panic with the kernel's overflow
+ * checks (found by a host test). Before, this split ring took the queue
+ * down with an error instead. C takes it, and its sum wraps to IOVA 0,
+ * which is not mapped: the frame is not sent. On both, the ring put back
+ * where it was sends the frame.
+ */
+TEST(ring_past_the_end_of_the_iova_space)
+{
+	struct vhost_vring_file b = { .index = 1 };
+	struct vhost_vring_addr a, wrapping;
+	struct viommu vi;
+	struct h_dev d;
+	uint64_t buf;
+	uint8_t *p;
+	int r;
+
+	ASSERT_EQ(0, h_setup(&d, &opts));
+	vi_init(&vi, &d);
+	ASSERT_EQ(0, map_everything(&vi));
+	/* The top page, mapped onto the TX queue's own descriptor table. */
+	ASSERT_EQ(MSG_LEN, msg_write(d.fd, VHOST_IOTLB_MSG_V2, VHOST_IOTLB_UPDATE, 0ULL - PAGE, PAGE,
+				     (uint64_t)(uintptr_t)d.vq[1].vr.desc, RW));
+	/* A frame at head 1, made available and not kicked yet. */
+	buf = h_buf(&d, 1, 0);
+	p = h_ptr(&d, buf);
+	memset(p, 0, d.hdr_len);
+	h_frame(p + d.hdr_len, 7, 200);
+	d.vq[1].vr.desc[1] = (struct vring_desc){ buf, d.hdr_len + 200, 0, 0 };
+	h_publish(&d, 1, 1);
+
+	a = h_vring_addr(&d, 1, false);
+	wrapping = a;
+	wrapping.desc_user_addr = 0ULL - 16;
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_ADDR, &wrapping));
+	b.fd = d.tap;
+	r = h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b);
+	if (!h_on_c_driver())
+		EXPECT_EQ(-EFAULT, r);
+	if (r == 0) {
+		h_kick(&d, 1);
+		EXPECT_EQ(-ETIMEDOUT, tx_seen(&d, 7, 200, 500)) TH_LOG("sent from a wrapped address");
+	}
+	/* Back where it was, the ring sends the frame. */
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_ADDR, &a));
+	if (r != 0)
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	h_kick(&d, 1);
+	EXPECT_EQ(0, tx_seen(&d, 7, 200, H_WAIT_MS));
+	EXPECT_EQ(0, take_used(&d, 1, 1));
+	h_teardown(&d);
+}
+
 /* ------------------------------------------------------------------------
  * 3. Traffic.
  */
