@@ -48,8 +48,9 @@ const WRAP_BIT: u16 = 1 << 15;
 /// Byte offsets inside a packed descriptor (`struct vring_packed_desc`).
 const DESC_LEN_OFFSET: u64 = 8;
 const DESC_FLAGS_OFFSET: u64 = 14;
-/// Used descriptors after a batch's first written with one
-/// [`GuestMemory::write_8_each`].
+/// Used descriptors after a batch's first written in one user access
+/// ([`GuestMemory::write_8_each`], or [`GuestMemory::write_8_spaced`],
+/// whose runs also end at the ring's end).
 const USED_STORES: usize = 32;
 /// Byte offsets inside an event suppression area
 /// (`struct vring_packed_desc_event`).
@@ -404,7 +405,9 @@ impl PackedRing {
     /// flags go out in one single-copy-atomic 8-byte store, so the driver
     /// sees it whole or not at all (the id and length are never behind the
     /// flags that expose them), the batch's rest in one user access per 32
-    /// chains; the first element's goes last, so that the driver, which
+    /// chains (and one more where the batch wraps the ring, if every chain
+    /// took one position); the first element's goes last, so that the
+    /// driver, which
     /// looks at that one first, sees the whole batch at once. A write that
     /// faults midway leaves the batch half visible: the ring then stops
     /// ([`VringError::UsedWriteFailed`]).
@@ -427,6 +430,9 @@ impl PackedRing {
         elems: &[UsedElem],
     ) -> Result<(), VringError> {
         let Some((first, rest)) = elems.split_first() else { return Ok(()) };
+        // Every chain takes at least one position, so `total` counts each
+        // element once exactly when each took one (below).
+        debug_assert!(elems.iter().all(|elem| elem.positions >= 1), "a used element of no position");
         let total = positions(elems);
         let Some(in_flight) = u32::from(self.in_flight).checked_sub(total) else {
             // Returning more than was taken: a caller's bug, not the guest's.

@@ -231,8 +231,9 @@ int vnr_put_user_u64_spaced(void __user *uaddr, size_t spacing, const u64 *vals,
 		return -EFAULT;
 	if (!user_write_access_begin(at, span))
 		return -EFAULT;
-	for (i = 0; i < n; i++, at += spacing)
-		unsafe_put_user(vals[i], (u64 __user *)at, fault);
+	/* i * spacing <= span: inside the checked range. */
+	for (i = 0; i < n; i++)
+		unsafe_put_user(vals[i], (u64 __user *)(at + i * spacing), fault);
 	user_write_access_end();
 	return 0;
 fault:
