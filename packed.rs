@@ -180,8 +180,9 @@ pub(crate) const FRESH_BASE: u32 = (WRAP_BIT as u32) << 16 | WRAP_BIT as u32;
 ///
 /// `num` is in `1..=32768` (a packed ring need not be a power of two);
 /// `desc`, `driver` and `device` are the owner-virtual addresses of the
-/// descriptor ring and the driver and device event areas, aligned as
-/// section 2.8.10 requires (16, 4, 4). Positions are inside the ring.
+/// descriptor ring and the driver and device event areas (or their I/O
+/// virtual addresses), aligned as section 2.8.10 requires (16, 4, 4), each
+/// ending inside the 64-bit space. Positions are inside the ring.
 /// `in_flight + seen_ahead <= num`: chains popped and not yet used, and
 /// positions the device saw available and put back, never cover more than
 /// the ring.
@@ -222,11 +223,12 @@ impl PackedRing {
     /// and device event areas, as `VHOST_SET_VRING_ADDR` gives them),
     /// resuming at the packed-encoded `base`. `desc_log` is the descriptor
     /// ring's guest-physical address if its writes are logged. `None` if
-    /// `layout.num` is not in `1..=32768`, the parts are misaligned, or
+    /// `layout.num` is not in `1..=32768`, the parts are misaligned or run
+    /// past the end of the 64-bit space, or
     /// `base` holds a position outside the ring or a used position more
     /// than a lap behind the avail one.
     pub(crate) fn resume(layout: RingLayout, desc_log: Option<u64>, base: u32, features: RingFeatures) -> Option<Self> {
-        if layout.num == 0 || layout.num > MAX_NUM {
+        if layout.num == 0 || layout.num > MAX_NUM || !layout.parts_fit(Self::sizes(layout.num)) {
             return None;
         }
         if layout.desc % DESC_ALIGN != 0 || layout.avail % EVENT_ALIGN != 0 || layout.used % EVENT_ALIGN != 0 {

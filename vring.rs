@@ -396,9 +396,11 @@ impl AvailHeads {
 /// # Invariants
 ///
 /// `mask + 1` is a power of two in `1..=32768`; `desc`, `avail` and `used` are the
-/// owner-virtual addresses of the three ring parts, aligned as the spec
-/// requires (checked by `VHOST_SET_VRING_ADDR`). `last_avail_idx` only moves
-/// past entries that were parsed without error.
+/// owner-virtual (or I/O virtual) addresses of the three ring parts, aligned
+/// as the spec requires (checked by `VHOST_SET_VRING_ADDR`), each part
+/// ending inside the 64-bit space, so that an offset inside a part added to
+/// its start cannot overflow. `last_avail_idx` only moves past entries that
+/// were parsed without error.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Vring {
     /// `num - 1`: ring positions are indices masked with it.
@@ -436,11 +438,23 @@ pub(crate) struct RingLayout {
     pub(crate) used_log: Option<u64>,
 }
 
+impl RingLayout {
+    /// Whether parts of the byte sizes `sizes` (descriptors, driver area,
+    /// device area) at this layout's addresses end inside the 64-bit
+    /// space. The parsers add offsets inside a part to its start; the
+    /// owner checks the parts against its address space too, but I/O
+    /// virtual addresses are checked only access by access.
+    pub(crate) fn parts_fit(&self, sizes: (u64, u64, u64)) -> bool {
+        let (desc, avail, used) = sizes;
+        self.desc.checked_add(desc).is_some() && self.avail.checked_add(avail).is_some() && self.used.checked_add(used).is_some()
+    }
+}
+
 impl Vring {
     /// A ring at `layout`, resuming at avail index `base`, with the guest's
     /// used index at `used_idx` (read when the backend was attached, as
     /// `vhost_vq_init_access` does). `None` unless `layout.num` is a power of
-    /// two up to 32768.
+    /// two up to 32768 and the three parts end inside the 64-bit space.
     pub(crate) fn resume(
         layout: RingLayout,
         base: u16,
@@ -448,7 +462,7 @@ impl Vring {
         features: RingFeatures,
     ) -> Option<Self> {
         let num = layout.num;
-        if num == 0 || num > MAX_NUM || !num.is_power_of_two() {
+        if num == 0 || num > MAX_NUM || !num.is_power_of_two() || !layout.parts_fit(Self::sizes(num, true)) {
             return None;
         }
         let mask = (num - 1) as u16;

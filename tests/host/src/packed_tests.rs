@@ -394,6 +394,36 @@ fn indirect_tables_ignore_reserved_flags() {
 }
 
 #[test]
+fn layouts_past_the_end_of_the_64_bit_space_are_refused() {
+    // Each part in turn placed so that it ends exactly at 2^64 (its start
+    // plus its size overflows: refused), or 16 bytes lower (taken). With
+    // the device IOTLB nothing else checks these addresses, and the
+    // parsers add offsets inside a part to its start (a descriptor ring
+    // at 2^64 - 16 overflowed a packed pop).
+    let top = |size: u64| 0u64.wrapping_sub(size);
+    let split = |desc, avail, used| RingLayout { num: 8, desc, avail, used, used_log: None };
+    let (desc, avail, used) = Vring::sizes(8, true);
+    let fits = |layout| Vring::resume(layout, 0, 0, f()).is_some();
+    assert!(fits(split(DESC, DRIVER, DEVICE)));
+    assert!(!fits(split(top(desc), DRIVER, DEVICE)));
+    assert!(!fits(split(DESC, top(avail), DEVICE)));
+    assert!(!fits(split(DESC, DRIVER, top(used))));
+    assert!(fits(split(top(desc + 16), DRIVER, DEVICE)));
+    assert!(fits(split(DESC, top(avail + 16), DEVICE)));
+    assert!(fits(split(DESC, DRIVER, top(used + 16))));
+    let packed = |desc, driver, device| RingLayout { num: 8, desc, avail: driver, used: device, used_log: None };
+    let (desc, driver, device) = PackedRing::sizes(8);
+    let fits = |layout| PackedRing::resume(layout, None, FRESH_BASE, f()).is_some();
+    assert!(!fits(packed(top(desc), DRIVER, DEVICE)));
+    assert!(!fits(packed(top(16), DRIVER, DEVICE)));
+    assert!(!fits(packed(DESC, top(driver), DEVICE)));
+    assert!(!fits(packed(DESC, DRIVER, top(device))));
+    assert!(fits(packed(top(desc + 16), DRIVER, DEVICE)));
+    assert!(fits(packed(DESC, top(driver + 16), DEVICE)));
+    assert!(fits(packed(DESC, DRIVER, top(device + 16))));
+}
+
+#[test]
 fn first_used_flags_are_written_last() {
     let mut r = rig(8, f());
     let mut used = Vec::new();
