@@ -8,13 +8,18 @@
 //! Bit 4 of `feats` negotiates `IN_ORDER`; bit 3 makes it a packed ring (the descriptors in packed
 //! layout, bits 3 and 4 of their flags byte AVAIL and USED, `next` their
 //! id, `base` both positions).
+//! Bit 6 moves the three ring parts to the top of the 64-bit space, each
+//! ending up to 32 bytes before or after 2^64 (`base` picks how far): the
+//! ring must be refused, or every operation must fail without a panic (the
+//! buffer there holds nothing, so each access faults), as the parsers add
+//! offsets to the parts' starts.
 //! Every accepted chain must stay inside guest memory and the iov array.
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
 use arbitrary::Arbitrary;
 use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
 use crate::memory::{validate, Region};
 
-use crate::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED};
+use crate::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED, FRESH_BASE};
 use crate::ring::Ring;
 use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
@@ -121,6 +126,10 @@ pub fn run(inp: Input) {
     }
     mem.put_u16(avail + 2, inp.base);
     let layout = RingLayout { num, desc, avail, used, used_log: None };
+    if inp.feats & 64 != 0 {
+        run_at_the_top(&inp, layout, packed, feats, &regions);
+        return;
+    }
     let mut ring = if packed {
         // Both positions from `base`, forced inside the ring; a used
         // position more than a lap behind is refused, then both start at
@@ -201,6 +210,50 @@ pub fn run(inp: Input) {
                 let cur = mem.get_u16(avail + 2);
                 mem.put_u16(avail + 2, cur.wrapping_add(u16::from(d)));
             }
+        }
+    }
+}
+
+/// Bit 6 of `feats`: the layout's parts moved to end near 2^64, aligned as
+/// their format needs; see the module's doc.
+fn run_at_the_top(inp: &Input, layout: RingLayout, packed: bool, feats: RingFeatures, regions: &[Region]) {
+    let mem = TestMem::new(BASE, MEM);
+    let (desc_size, avail_size, used_size) =
+        if packed { PackedRing::sizes(layout.num) } else { Vring::sizes(layout.num, true) };
+    // From 32 bytes past the end to 32 bytes before it.
+    let slack = u64::from(inp.base % 65);
+    let top = |size: u64, align: u64| 0u64.wrapping_sub(size).wrapping_add(32).wrapping_sub(slack) & !(align - 1);
+    let layout = RingLayout {
+        desc: top(desc_size, 16),
+        avail: top(avail_size, if packed { 4 } else { 2 }),
+        used: top(used_size, 4),
+        ..layout
+    };
+    let ring = if packed {
+        PackedRing::resume(layout, None, FRESH_BASE, feats).map(Ring::Packed)
+    } else {
+        Vring::resume(layout, 0, 0, feats).map(Ring::Split)
+    };
+    let Some(mut ring) = ring else { return };
+    let mut iov = vec![Iov::default(); 16];
+    for op in inp.ops.iter().take(64) {
+        // Nothing is there: a pop faults, and takes nothing.
+        match *op {
+            Op::Pop => {
+                let before = ring.base();
+                assert!(ring.pop(&mem, regions, &mut iov).is_err());
+                assert_eq!(ring.base(), before);
+            }
+            Op::Notify => {
+                let _ = ring.should_notify(&mem);
+            }
+            Op::EnableNotify => {
+                let _ = ring.enable_notify(&mem, &NoLog);
+            }
+            Op::DisableNotify => {
+                let _ = ring.disable_notify(&mem, &NoLog);
+            }
+            Op::AddUsed(_) | Op::Unpop(_) | Op::Scribble(..) | Op::Avail(_) => {}
         }
     }
 }
