@@ -409,10 +409,9 @@ impl PackedRing {
     /// flags that expose them), the batch's rest in one user access per 32
     /// chains (and one more where the batch wraps the ring, if every chain
     /// took one position); the first element's goes last, so that the
-    /// driver, which
-    /// looks at that one first, sees the whole batch at once. A write that
-    /// faults midway leaves the batch half visible: the ring then stops
-    /// ([`VringError::UsedWriteFailed`]).
+    /// driver, which looks at that one first, sees the whole batch at once.
+    /// A write that faults midway leaves the batch half visible: the ring
+    /// then stops ([`VringError::UsedWriteFailed`]).
     pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
         &mut self,
         mem: &M,

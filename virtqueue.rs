@@ -50,7 +50,9 @@ use crate::packed::{self, PackedRing};
 use crate::ring::{Ring, RingBase};
 use crate::uaccess::{user_limit, OwnerBitmap, OwnerMem};
 use crate::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG_MASK};
-use crate::vring::{self, GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
+use crate::vring::{
+    self, parts_end_below, GuestMemory, Iov, RingFeatures, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS,
+};
 use crate::worker::{should_stop_polling, Waker, Work};
 use core::cell::Cell;
 use kernel::{
@@ -151,10 +153,8 @@ impl RingAddr {
     /// that wraps past 2^64 would overflow them (a panic with the kernel's
     /// overflow checks), where C's sums would wrap.
     fn end_below(&self, num: u32, packed: bool, limit: u64) -> bool {
-        let (desc_size, avail_size, used_size) =
-            if packed { PackedRing::sizes(num) } else { Vring::sizes(num, true) };
-        let fits = |start: u64, size: u64| start.checked_add(size).is_some_and(|end| end <= limit);
-        fits(self.desc, desc_size) && fits(self.avail, avail_size) && fits(self.used, used_size)
+        let sizes = if packed { PackedRing::sizes(num) } else { Vring::sizes(num, true) };
+        parts_end_below((self.desc, self.avail, self.used), sizes, limit)
     }
 }
 

@@ -445,9 +445,15 @@ impl RingLayout {
     /// owner checks the parts against its address space too, but I/O
     /// virtual addresses are checked only access by access.
     pub(crate) fn parts_fit(&self, sizes: (u64, u64, u64)) -> bool {
-        let (desc, avail, used) = sizes;
-        self.desc.checked_add(desc).is_some() && self.avail.checked_add(avail).is_some() && self.used.checked_add(used).is_some()
+        parts_end_below((self.desc, self.avail, self.used), sizes, u64::MAX)
     }
+}
+
+/// Whether ring parts at `starts` of the byte sizes `sizes` (descriptors,
+/// driver area, device area) each end at or below `limit`.
+pub(crate) fn parts_end_below(starts: (u64, u64, u64), sizes: (u64, u64, u64), limit: u64) -> bool {
+    let fits = |start: u64, size: u64| start.checked_add(size).is_some_and(|end| end <= limit);
+    fits(starts.0, sizes.0) && fits(starts.1, sizes.1) && fits(starts.2, sizes.2)
 }
 
 impl Vring {
