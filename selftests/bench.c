@@ -49,6 +49,13 @@
  * backends are attached, so no miss is taken while measuring). The cost
  * measured is the translation's. The userspace baseline runs without.
  *
+ * -a pins the threads apart: the data-path threads (the vhost workers, or
+ * the baseline's device threads) on the last CPU, this process's own
+ * threads (the guest side, the RX sources, the reflector) on CPU 0, as an
+ * operator pins vhost workers away from vCPUs. Without it the scheduler
+ * places them, differently from run to run. The JSON's "pinned" counts the
+ * data-path threads pinned (0 when there is one CPU or pinning failed).
+ *
  * Worker CPU time per packet comes from /proc/self/task/TID/schedstat of
  * the vhost worker threads (they are threads of this process), or of the
  * device thread for "user".
@@ -70,6 +77,7 @@ static bool packed;		/* -P: packed rings where the backend has them */
 static bool in_order;		/* -I: VIRTIO_F_IN_ORDER on split rings of rs and c */
 static bool iotlb;		/* -T: the device IOTLB on rs and c */
 static bool kick_always;	/* -A: kick after every refill, asked or not */
+static bool pin;		/* -a: data-path threads on the last CPU, the rest on CPU 0 */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -579,6 +587,48 @@ static uint64_t worker_cpu_ns(void)
 	return total;
 }
 
+/* -a: moves every data-path thread (see worker_cpu_ns) to the last CPU
+ * and this thread, whose later children inherit it, to CPU 0. Returns how
+ * many data-path threads were moved; 0 with one CPU. */
+static int pin_apart(void)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t mine, theirs;
+	DIR *dir;
+	FILE *f;
+	int moved = 0;
+
+	if (ncpu < 2)
+		return 0;
+	CPU_ZERO(&mine);
+	CPU_SET(0, &mine);
+	CPU_ZERO(&theirs);
+	CPU_SET(ncpu - 1, &theirs);
+	dir = opendir("/proc/self/task");
+	if (!dir)
+		return 0;
+	while ((f = next_task_file(dir, "stat"))) {
+		char buf[256], *p;
+		int tid;
+
+		p = fgets(buf, sizeof(buf), f);
+		fclose(f);
+		if (!p || sscanf(buf, "%d", &tid) != 1)
+			continue;
+		p = strchr(buf, '(');
+		if (!p || !data_path_thread(p + 1))
+			continue;
+		if (sched_setaffinity(tid, sizeof(theirs), &theirs))
+			fprintf(stderr, "bench: pinning thread %d: %s\n", tid, strerror(errno));
+		else
+			moved++;
+	}
+	closedir(dir);
+	if (sched_setaffinity(0, sizeof(mine), &mine))
+		fprintf(stderr, "bench: pinning the guest side: %s\n", strerror(errno));
+	return moved;
+}
+
 static const char *const mem_keys[] = { "Slab:", "VmallocUsed:", "KernelStack:", NULL };
 
 /* Kernel memory per configured device (with its tap), in bytes. */
@@ -654,9 +704,9 @@ int main(int argc, char **argv)
 	uint64_t t0, t1, end, cpu0, cpu1, ctxt0, ctxt1, sw0, sw1, rxsw0, rxsw1, pk = 0, by = 0;
 	uint64_t kicks0[2], kicks1[2];
 	uint32_t lost = 0;
-	int c, i;
+	int c, i, pinned = 0;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITKAh")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITKAah")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
@@ -670,16 +720,19 @@ int main(int argc, char **argv)
 		case 'T': iotlb = true; break;
 		case 'K': break;	/* the default now */
 		case 'A': kick_always = true; break;
+		case 'a': pin = true; break;
 		default:
 			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
-					"             [-p US] [-l] [-P] [-I] [-T] [-A]\n"
+					"             [-p US] [-l] [-P] [-I] [-T] [-A] [-a]\n"
 					"  -p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues\n"
 					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n"
 					"  -P: packed rings (VIRTIO_F_RING_PACKED) on rs; c and user run split rings\n"
 					"  -I: VIRTIO_F_IN_ORDER on rs and c (split rings only; user runs without)\n"
 					"  -T: the device IOTLB (VIRTIO_F_ACCESS_PLATFORM), pages mapped ahead, on rs and c\n"
 					"  -A: kick after every refill; by default the guest side kicks only when the device\n"
-					"      asked (event-idx), as a Linux guest does\n");
+					"      asked (event-idx), as a Linux guest does\n"
+					"  -a: data-path threads (vhost workers, the baseline's device threads) on the last\n"
+					"      CPU, the guest side on CPU 0\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -717,6 +770,8 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	if (pin)
+		pinned = pin_apart();
 	cpu0 = worker_cpu_ns();
 	ctxt0 = system_ctxt();
 	for (i = 0; i < 2; i++)
@@ -765,9 +820,10 @@ int main(int argc, char **argv)
 	}
 	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,"
 	       "\"packed\":%d,\"ring\":\"%s\",\"in_order\":%d,\"in_order_rings\":%d,\"iotlb\":%d,"
-	       "\"iotlb_on\":%d,\"kick_asked\":%d,\"secs\":%.3f",
+	       "\"iotlb_on\":%d,\"kick_asked\":%d,\"pin\":%d,\"pinned\":%d,\"secs\":%.3f",
 	       backend, mode, size, nq, busy_us, dirty_log, packed, packed_rings() ? "packed" : "split",
-	       in_order, in_order_rings(), iotlb, iotlb_on(), !kick_always, (t1 - t0) / 1e9);
+	       in_order, in_order_rings(), iotlb, iotlb_on(), !kick_always, pin, pinned,
+	       (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
 
