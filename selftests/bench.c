@@ -12,7 +12,10 @@
  *        AF_PACKET; the guest side reposts buffers as they fill.
  * bidir  both at once, on every queue pair.
  * lat    one frame at a time: guest TX -> tap -> a reflector on the tap's
- *        far side -> tap -> guest RX; the round trip is timed.
+ *        far side -> tap -> guest RX; the round trip is timed. The guest
+ *        side polls the RX used ring (64 spins, then 50 us sleeps), or
+ *        with -W sleeps on the RX queue's call eventfd until the device
+ *        signals it, as a guest waits for its interrupt.
  * gsotx  guest TX of 64 KB TCP GSO frames (tap-header mode, tap offloads on);
  *        throughput in Mbit/s.
  * gsorx  guest RX of 64 KB GSO frames injected through a PACKET_VNET_HDR
@@ -78,6 +81,7 @@ static bool in_order;		/* -I: VIRTIO_F_IN_ORDER on split rings of rs and c */
 static bool iotlb;		/* -T: the device IOTLB on rs and c */
 static bool kick_always;	/* -A: kick after every refill, asked or not */
 static bool pin;		/* -a: data-path threads on the last CPU, the rest on CPU 0 */
+static bool irq_wait;		/* -W: lat waits on the RX call eventfd */
 static volatile int stop;
 
 #define FAIR_MAX 65536
@@ -429,6 +433,22 @@ static void *rx_source(void *arg)
 }
 
 /* Round trip: one frame out on TX, reflected on the tap, back on RX. */
+/* -W: waits until queue q has a used entry, sleeping on its call eventfd
+ * (the harness asks for an interrupt on every used entry). */
+static int wait_used_irq(struct h_dev *d, int q, int timeout_ms)
+{
+	struct pollfd pf = { .fd = d->vq[q].call, .events = POLLIN };
+	uint64_t count;
+
+	while (!h_used_pending(d, q)) {
+		if (poll(&pf, 1, timeout_ms) != 1)
+			return -ETIMEDOUT;
+		if (read(pf.fd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+			return -errno;
+	}
+	return 0;
+}
+
 static void run_lat(struct pair *p, uint64_t end)
 {
 	struct h_dev *d = &p->d;
@@ -455,7 +475,7 @@ static void run_lat(struct pair *p, uint64_t end)
 		n = recv(d->pkt, buf, sizeof(buf), 0);
 		if (n <= 0 || send(d->pkt, buf, n, 0) != n)
 			break;
-		if (h_wait_used(d, 0, 1, 1000))
+		if (irq_wait ? wait_used_irq(d, 0, 1000) : h_wait_used(d, 0, 1, 1000))
 			break;
 		p->lat_ns[p->nlat++] = h_now_ns() - t0;
 		h_take_used(d, 0);
@@ -706,7 +726,7 @@ int main(int argc, char **argv)
 	uint32_t lost = 0;
 	int c, i, pinned = 0;
 
-	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITKAah")) != -1) {
+	while ((c = getopt(argc, argv, "b:m:s:t:q:p:lPITKAaWh")) != -1) {
 		switch (c) {
 		case 'b': backend = optarg; break;
 		case 'm': mode = optarg; break;
@@ -721,9 +741,10 @@ int main(int argc, char **argv)
 		case 'K': break;	/* the default now */
 		case 'A': kick_always = true; break;
 		case 'a': pin = true; break;
+		case 'W': irq_wait = true; break;
 		default:
 			fprintf(stderr, "usage: bench -b rs|c|user -m tx|rx|lat|bidir|gsotx|gsorx|fair|mem [-s BYTES] [-t SECS] [-q PAIRS]\n"
-					"             [-p US] [-l] [-P] [-I] [-T] [-A] [-a]\n"
+					"             [-p US] [-l] [-P] [-I] [-T] [-A] [-a] [-W]\n"
 					"  -p: VHOST_SET_VRING_BUSYLOOP_TIMEOUT on both queues\n"
 					"  -l: dirty logging on (VHOST_F_LOG_ALL), as during a live migration\n"
 					"  -P: packed rings (VIRTIO_F_RING_PACKED) on rs; c and user run split rings\n"
@@ -732,7 +753,8 @@ int main(int argc, char **argv)
 					"  -A: kick after every refill; by default the guest side kicks only when the device\n"
 					"      asked (event-idx), as a Linux guest does\n"
 					"  -a: data-path threads (vhost workers, the baseline's device threads) on the last\n"
-					"      CPU, the guest side on CPU 0\n");
+					"      CPU, the guest side on CPU 0\n"
+					"  -W: lat waits for the reply on the RX call eventfd, not by polling the used ring\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -820,9 +842,9 @@ int main(int argc, char **argv)
 	}
 	printf("{\"backend\":\"%s\",\"mode\":\"%s\",\"size\":%zu,\"queues\":%d,\"busy_us\":%u,\"dirty_log\":%d,"
 	       "\"packed\":%d,\"ring\":\"%s\",\"in_order\":%d,\"in_order_rings\":%d,\"iotlb\":%d,"
-	       "\"iotlb_on\":%d,\"kick_asked\":%d,\"pin\":%d,\"pinned\":%d,\"secs\":%.3f",
+	       "\"iotlb_on\":%d,\"kick_asked\":%d,\"irq_wait\":%d,\"pin\":%d,\"pinned\":%d,\"secs\":%.3f",
 	       backend, mode, size, nq, busy_us, dirty_log, packed, packed_rings() ? "packed" : "split",
-	       in_order, in_order_rings(), iotlb, iotlb_on(), !kick_always, pin, pinned,
+	       in_order, in_order_rings(), iotlb, iotlb_on(), !kick_always, irq_wait, pin, pinned,
 	       (t1 - t0) / 1e9);
 	if (!strcmp(mode, "lat")) {
 		struct pair *p = &pairs[0];
