@@ -59,7 +59,7 @@
  * places them, differently from run to run. The JSON's "pinned" counts the
  * data-path threads pinned (0 when there is one CPU or pinning failed).
  *
- * Worker CPU time per packet comes from /proc/self/task/TID/schedstat of
+ * Worker CPU time per packet comes from /proc/self/task/TID/stat of
  * the vhost worker threads (they are threads of this process), or of the
  * device thread for "user".
  */
@@ -432,7 +432,6 @@ static void *rx_source(void *arg)
 	return NULL;
 }
 
-/* Round trip: one frame out on TX, reflected on the tap, back on RX. */
 /* -W: waits until queue q has a used entry, sleeping on its call eventfd
  * (the harness asks for an interrupt on every used entry). */
 static int wait_used_irq(struct h_dev *d, int q, int timeout_ms)
@@ -449,6 +448,7 @@ static int wait_used_irq(struct h_dev *d, int q, int timeout_ms)
 	return 0;
 }
 
+/* Round trip: one frame out on TX, reflected on the tap, back on RX. */
 static void run_lat(struct pair *p, uint64_t end)
 {
 	struct h_dev *d = &p->d;
@@ -573,6 +573,28 @@ static uint64_t worker_switches(const char *only)
 	return total;
 }
 
+/* Reads the /proc/self/task/TID/stat line of the next data-path thread
+ * (see data_path_thread) in `dir` into buf; returns its TID, or -1 after
+ * the last. */
+static int next_data_path_stat(DIR *dir, char *buf, size_t size)
+{
+	FILE *f;
+
+	while ((f = next_task_file(dir, "stat"))) {
+		char *p = fgets(buf, size, f);
+		int tid;
+
+		fclose(f);
+		/* "tid (comm) state ..." */
+		if (!p || sscanf(buf, "%d", &tid) != 1)
+			continue;
+		p = strchr(buf, '(');
+		if (p && data_path_thread(p + 1))
+			return tid;
+	}
+	return -1;
+}
+
 /* CPU time (user + system) of the data-path threads of this process: the
  * vhost workers ("vhost-net-rs-*", or the C driver's "vhost-PID"), or the
  * baseline's device threads ("vnr-dev"). From /proc/self/task/TID/stat, so
@@ -582,23 +604,15 @@ static uint64_t worker_cpu_ns(void)
 	long hz = sysconf(_SC_CLK_TCK);
 	uint64_t total = 0;
 	DIR *dir = opendir("/proc/self/task");
-	FILE *f;
+	char buf[1024];
 
 	if (!dir)
 		return 0;
-	while ((f = next_task_file(dir, "stat"))) {
-		char buf[1024], *p;
+	while (next_data_path_stat(dir, buf, sizeof(buf)) >= 0) {
 		unsigned long long ut, st;
+		/* utime, stime are fields 14, 15 */
+		char *p = strrchr(buf, ')');
 
-		p = fgets(buf, sizeof(buf), f);
-		fclose(f);
-		if (!p)
-			continue;
-		/* "tid (comm) state ..." with utime, stime as fields 14, 15 */
-		p = strchr(buf, '(');
-		if (!p || !data_path_thread(p + 1))
-			continue;
-		p = strrchr(buf, ')');
 		if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 			continue;
 		total += (ut + st) * (1000000000ULL / hz);
@@ -614,9 +628,9 @@ static int pin_apart(void)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	cpu_set_t mine, theirs;
+	char buf[1024];
 	DIR *dir;
-	FILE *f;
-	int moved = 0;
+	int moved = 0, tid;
 
 	if (ncpu < 2)
 		return 0;
@@ -627,17 +641,7 @@ static int pin_apart(void)
 	dir = opendir("/proc/self/task");
 	if (!dir)
 		return 0;
-	while ((f = next_task_file(dir, "stat"))) {
-		char buf[256], *p;
-		int tid;
-
-		p = fgets(buf, sizeof(buf), f);
-		fclose(f);
-		if (!p || sscanf(buf, "%d", &tid) != 1)
-			continue;
-		p = strchr(buf, '(');
-		if (!p || !data_path_thread(p + 1))
-			continue;
+	while ((tid = next_data_path_stat(dir, buf, sizeof(buf))) >= 0) {
 		if (sched_setaffinity(tid, sizeof(theirs), &theirs))
 			fprintf(stderr, "bench: pinning thread %d: %s\n", tid, strerror(errno));
 		else
