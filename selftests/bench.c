@@ -199,7 +199,8 @@ static void *user_device(void *arg)
 	uint16_t rx_last = rx->vr.used->idx, rx_used = rx->vr.used->idx;
 	uint16_t tx_last = tx->vr.used->idx, tx_used = tx->vr.used->idx;
 	struct pollfd pf[3] = { { rx->kick, POLLIN, 0 }, { tx->kick, POLLIN, 0 }, { d->tap, POLLIN, 0 } };
-	uint64_t junk;
+	uint64_t junk, one = 1;
+	uint16_t rx_from;
 
 	while (!stop) {
 		bool busy = false, tx_full = false, rx_dry = true;
@@ -216,6 +217,7 @@ static void *user_device(void *arg)
 			tx_last++;
 			busy = true;
 		}
+		rx_from = rx_used;
 		while (dev_has_avail(rx, &rx_last)) {
 			uint16_t head = rx->vr.avail->ring[rx_last % rx->num];
 			struct vring_desc *ds = &rx->vr.desc[head];
@@ -231,6 +233,12 @@ static void *user_device(void *arg)
 			rx_last++;
 			busy = true;
 		}
+		/* The guest's interrupt, when it asked for one (used_event), as
+		 * QEMU's virtio_notify decides: lat -W sleeps on it. */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (rx_used != rx_from &&
+		    vring_need_event(__atomic_load_n(&vring_used_event(&rx->vr), __ATOMIC_ACQUIRE), rx_used, rx_from))
+			junk = write(rx->call, &one, sizeof(one));
 		if (!busy) {
 			/* Ask for a kick at the entries it stopped at, as QEMU's
 			 * virtio-net does with EVENT_IDX, then look again: what
