@@ -7,11 +7,7 @@
 //! [`Waker`] when the file signals one of the events it waits for.
 
 use crate::worker::Waker;
-use core::{
-    cell::Cell,
-    ffi::c_void,
-    sync::atomic::{AtomicBool, Ordering},
-};
+use core::{cell::Cell, ffi::c_void};
 use kernel::{
     bindings,
     ffi::{c_int, c_uint},
@@ -61,11 +57,13 @@ impl PollableFile {
 ///
 /// # Invariants
 ///
-/// While `wqh` is non-null, `wait` is linked on that wait queue head, which
-/// `file`'s `poll` registered and so stays valid while `file` is held (the
-/// [`PollableFile`] invariant). `wqh` is only
-/// written by the file's `poll` during [`FilePoll::start`], before the entry
-/// can be reached from elsewhere.
+/// `wqh`, once non-null, is the wait queue head that `file`'s `poll`
+/// registered, which stays valid while `file` is held (the
+/// [`PollableFile`] invariant). `wait` is linked on it exactly while
+/// `linked` is true. `wqh` is only written by the file's `poll` during
+/// [`FilePoll::start`], before the entry can be reached from elsewhere;
+/// after that `linked` only changes through [`FilePoll::set_listening`],
+/// which takes the poll exclusively.
 #[pin_data(PinnedDrop)]
 pub(crate) struct FilePoll {
     #[pin]
@@ -76,14 +74,16 @@ pub(crate) struct FilePoll {
     file: PollableFile,
     mask: u32,
     waker: Arc<Waker>,
-    /// Whether events wake the worker; see [`FilePoll::set_armed`].
-    armed: AtomicBool,
+    /// Whether `wait` is on `wqh`; see [`FilePoll::set_listening`].
+    linked: Cell<bool>,
 }
 
-// SAFETY: `wqh` is only used under the rules in the type invariants; the
-// wait-queue lock serialises the callback with removal.
+// SAFETY: `wqh` and `linked` are only used under the rules in the type
+// invariants; the wait-queue lock serialises the callback with removal.
 unsafe impl Send for FilePoll {}
-// SAFETY: See above; `wqh` is only written during `start`, before sharing.
+// SAFETY: See above; `wqh` is only written during `start`, before sharing,
+// and `linked` only by `set_listening`, which takes the poll exclusively
+// (the callback, which shares it, reads neither).
 unsafe impl Sync for FilePoll {}
 
 /// The poll-table callback: links our entry on the file's wait queue.
@@ -107,6 +107,8 @@ unsafe extern "C" fn poll_queue_proc(
     // SAFETY: `wqh` is a live wait queue head of the file being polled, and
     // `wait` is an initialised, unlinked entry.
     unsafe { bindings::add_wait_queue(wqh, poll.wait.get()) };
+    // INVARIANT: linked just now.
+    poll.linked.set(true);
 }
 
 /// The wait-queue callback: wakes the worker on a matching event.
@@ -127,7 +129,7 @@ unsafe extern "C" fn poll_wakeup(
     let poll = unsafe { &*kernel::container_of!(Opaque::cast_from(wait), FilePoll, wait) };
     // The key is the event mask, passed as a pointer-sized integer.
     let events = key as usize as u32;
-    if (events != 0 && events & poll.mask == 0) || !poll.armed.load(Ordering::Relaxed) {
+    if events != 0 && events & poll.mask == 0 {
         return 0;
     }
     poll.waker.wake();
@@ -170,7 +172,7 @@ impl FilePoll {
                 file,
                 mask,
                 waker,
-                armed: AtomicBool::new(true),
+                linked: Cell::new(false),
             }),
             GFP_KERNEL,
         )?;
@@ -194,18 +196,37 @@ impl FilePoll {
         Ok(poll)
     }
 
-    /// Stops or resumes waking the worker, without leaving the wait queue:
-    /// the RX worker ignores the tap while it drains it, as C's handle_rx
-    /// does with `vhost_net_disable_vq`, instead of being woken for every
-    /// packet. After re-arming, the caller must look at the file once more:
-    /// the full barrier here pairs with the one before the file's waker
-    /// checks its wait queue (`skwq_has_sleeper`), so either that look sees
-    /// the new event or the event sees the entry armed.
-    pub(crate) fn set_armed(&self, on: bool) {
-        self.armed.store(on, Ordering::Relaxed);
-        if on {
-            crate::compat::smp_mb();
+    /// Leaves or rejoins the file's wait queue, as C's
+    /// `vhost_poll_stop`/`vhost_poll_start` do: the RX worker leaves the
+    /// tap's queue while it drains the tap (`vhost_net_disable_vq`), so
+    /// that a sender that finds the queue empty skips the wakeup entirely
+    /// (`skwq_has_sleeper`) instead of running our callback for every
+    /// packet. After rejoining, the caller must look at the file once
+    /// more: the full barrier here pairs with the one in
+    /// `skwq_has_sleeper`, so either that look sees the new event or the
+    /// sender sees the entry linked and wakes us.
+    pub(crate) fn set_listening(self: Pin<&mut Self>, on: bool) {
+        // Nothing is moved out: only the `Cell`s are used.
+        let this = self.into_ref().get_ref();
+        let wqh = this.wqh.get();
+        if wqh.is_null() || this.linked.get() == on {
+            return;
         }
+        if on {
+            // SAFETY: By the type invariant `wqh` is valid while `file` is
+            // held, and `wait` is not linked (`linked` is false); it was
+            // initialised in `start` and unlinked by `remove_wait_queue`.
+            unsafe { bindings::add_wait_queue(wqh, this.wait.get()) };
+            crate::compat::smp_mb();
+        } else {
+            // SAFETY: By the type invariant `wait` is linked on `wqh`, which
+            // is valid; the wait-queue lock it takes waits out a callback
+            // running on another CPU.
+            unsafe { bindings::remove_wait_queue(wqh, this.wait.get()) };
+        }
+        // INVARIANT: the entry's state changed just above; `self` is
+        // exclusive, so no other caller changes it meanwhile.
+        this.linked.set(on);
     }
 }
 
@@ -213,7 +234,7 @@ impl FilePoll {
 impl PinnedDrop for FilePoll {
     fn drop(self: Pin<&mut Self>) {
         let wqh = self.wqh.get();
-        if !wqh.is_null() {
+        if !wqh.is_null() && self.linked.get() {
             // SAFETY: By the type invariant `wait` is linked on `wqh`, which
             // is still valid because `file` is dropped after this.
             unsafe { bindings::remove_wait_queue(wqh, self.wait.get()) };

@@ -393,11 +393,11 @@ impl RxQueue {
         Ok(Self { batch: RxBatch::new(TapSocket::new(file)?)?, poll: None })
     }
 
-    /// Whether the tap's events wake the worker; see
-    /// [`FilePoll::set_armed`].
-    fn listen(&self, on: bool) {
-        if let Some(poll) = &self.poll {
-            poll.set_armed(on);
+    /// Whether the worker is on the tap's wait queue; see
+    /// [`FilePoll::set_listening`].
+    fn listen(&mut self, on: bool) {
+        if let Some(poll) = &mut self.poll {
+            poll.as_mut().set_listening(on);
         }
     }
 

@@ -62,14 +62,15 @@ extern "C" {
     // include/linux/if_tun.h
     pub(crate) fn tun_ptr_free(ptr: *mut c_void);
 
-    // vnr_shim.h: 16-bit user accesses, one 64-bit store, and a 16-byte
-    // descriptor reads (split; packed, flags first), and a packed ring's
-    // used entries in one access.
+    // vnr_shim.h: 16-bit user accesses, one 64-bit store, 16-byte
+    // descriptor reads (split; packed, flags first), a packed ring's used
+    // entries in one access, and the TX packet copy.
     pub(crate) fn vnr_get_user_u16(uaddr: *const u16, val: *mut u16) -> c_int;
     pub(crate) fn vnr_put_user_u16(uaddr: *mut u16, val: u16) -> c_int;
     pub(crate) fn vnr_put_user_u64(uaddr: *mut u64, val: u64) -> c_int;
     pub(crate) fn vnr_read_user_16(uaddr: *const c_void, dst: *mut u8) -> c_int;
     pub(crate) fn vnr_read_user_16_acquire(uaddr: *const c_void, dst: *mut u8) -> c_int;
+    pub(crate) fn vnr_copy_from_user(dst: *mut c_void, src: *const c_void, n: usize) -> usize;
     pub(crate) fn vnr_put_user_u64_each(uaddr: *mut c_void, len: usize, stores: *const Store8, n: c_uint) -> c_int;
     pub(crate) fn vnr_put_user_u64_spaced(uaddr: *mut c_void, spacing: usize, vals: *const u64, n: c_uint) -> c_int;
 

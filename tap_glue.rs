@@ -12,6 +12,7 @@
 use crate::compat::code::{enobufs, enotsock};
 use crate::file_poll::PollableFile;
 use crate::shim::{self, PtrRing, XdpBuff};
+use crate::uaccess::read_owner;
 use crate::uapi::VirtioNetHdr;
 use crate::vring::{segments_from, Iov};
 use core::{
@@ -25,7 +26,6 @@ use kernel::{
     page::PAGE_SIZE,
     prelude::*,
     sync::aref::ARef,
-    uaccess::{UserPtr, UserSlice},
 };
 
 /// A user iovec handed to the socket layer: `struct iovec` with the user
@@ -373,8 +373,12 @@ pub(crate) struct TxBatch {
     bytes: usize,
     shinfo: usize,
     rx_pad: usize,
-    cache_line: usize,
 }
+
+/// The alignment of a TX fragment and of its data (`SMP_CACHE_BYTES`), a
+/// power of two: a constant, so that aligning costs two instructions.
+const CACHE_LINE: usize = bindings::SMP_CACHE_BYTES as usize;
+const _: () = assert!(CACHE_LINE.is_power_of_two());
 
 // SAFETY: The fragment cache and the buffers are only touched by the worker
 // that holds the queue lock; nothing here is tied to a CPU or a task.
@@ -386,7 +390,6 @@ impl TxBatch {
         let (xdp_size, shinfo, rx_pad) = unsafe {
             (shim::vnr_xdp_buff_size(), shim::vnr_xdp_shinfo_size() as usize, shim::vnr_xdp_rx_pad() as usize)
         };
-        let cache_line = bindings::SMP_CACHE_BYTES as usize;
         let words = (xdp_size * TX_BATCH).div_ceil(8);
         let mut xdp = KVec::with_capacity(words, GFP_KERNEL)?;
         xdp.resize(words, 0u64, GFP_KERNEL)?;
@@ -399,14 +402,12 @@ impl TxBatch {
             bytes: 0,
             shinfo,
             rx_pad,
-            cache_line,
         })
     }
 
     #[inline]
-    fn cache_align(&self, len: usize) -> usize {
-        // `cache_line` is a power of two (SMP_CACHE_BYTES).
-        (len + self.cache_line - 1) & !(self.cache_line - 1)
+    fn cache_align(len: usize) -> usize {
+        (len + CACHE_LINE - 1) & !(CACHE_LINE - 1)
     }
 
     fn slot(&mut self, index: usize) -> *mut XdpBuff {
@@ -438,8 +439,8 @@ impl TxBatch {
         }
         // The frame's data starts at `pad`; the tap's XDP program, if any,
         // may grow it into the headroom (vhost_net_build_xdp).
-        let pad = self.cache_align(self.rx_pad + headroom + sock_hlen);
-        let data = self.cache_align(len + pad);
+        let pad = Self::cache_align(self.rx_pad + headroom + sock_hlen);
+        let data = Self::cache_align(len + pad);
         if data + self.shinfo > PAGE_SIZE {
             return Batched::TooBig;
         }
@@ -451,7 +452,7 @@ impl TxBatch {
                 &mut self.frag,
                 buflen as c_uint,
                 bindings::GFP_KERNEL,
-                !(self.cache_line as c_uint - 1),
+                !(CACHE_LINE as c_uint - 1),
             )
         };
         let Some(buf) = NonNull::new(buf.cast::<u8>()) else { return Batched::NoMemory };
@@ -490,9 +491,9 @@ impl TxBatch {
             // and `end - off` is at most a page.
             let n = core::cmp::min(seg.len as usize, end - off);
             // SAFETY: `off + n <= end <= buflen`: the range is inside the
-            // fragment, which is ours; `read_raw` writes it without reading.
+            // fragment, which is ours; `read_owner` writes it without reading.
             let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_ptr().add(off).cast(), n) };
-            UserSlice::new(UserPtr::from_addr(seg.addr as usize), n).reader().read_raw(dst)?;
+            read_owner(seg.addr, dst)?;
             off += n;
         }
         if off != end {

@@ -11,7 +11,10 @@ use crate::compat;
 use crate::dirtylog::{LogBitmap, LogError};
 use crate::shim;
 use crate::vring::{GuestMemory, Store8, VringError};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::{
+    mem::MaybeUninit,
+    sync::atomic::{AtomicUsize, Ordering},
+};
 use kernel::{
     bindings,
     ffi::c_uint,
@@ -190,6 +193,24 @@ impl GuestMemory for OwnerMem {
     fn wmb(&self) {
         compat::smp_wmb();
     }
+}
+
+/// Copies `dst.len()` bytes from the owner's address `addr` into `dst`,
+/// with the C shim's inlined `_copy_from_user`: the TX path's packet copy,
+/// once per packet, where the `UserSlice` path costs a third more
+/// instructions (see `vnr_copy_from_user`). `EFAULT` if any byte could
+/// not be read; `dst` is then partly written.
+#[inline]
+pub(crate) fn read_owner(addr: u64, dst: &mut [MaybeUninit<u8>]) -> Result {
+    let p = uptr(addr).map_err(|_| EFAULT)?;
+    // SAFETY: `dst` is valid for writes of `dst.len()` bytes and not read
+    // by the copy; `copy_from_user` checks the user range (access_ok) and
+    // handles faults.
+    let left = unsafe { shim::vnr_copy_from_user(dst.as_mut_ptr().cast(), p.as_const_ptr().cast(), dst.len()) };
+    if left != 0 {
+        return Err(EFAULT);
+    }
+    Ok(())
 }
 
 /// The dirty-log bitmap, in the owner's memory (`VHOST_SET_LOG_BASE`).

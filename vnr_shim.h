@@ -31,6 +31,7 @@ int vnr_put_user_u16(u16 __user *uaddr, u16 val);
 int vnr_put_user_u64(u64 __user *uaddr, u64 val);
 int vnr_read_user_16(const void __user *uaddr, u8 *dst);
 int vnr_read_user_16_acquire(const void __user *uaddr, u8 *dst);
+unsigned long vnr_copy_from_user(void *dst, const void __user *src, unsigned long n);
 /* One store of vnr_put_user_u64_each: `bytes`, in memory order, at byte
  * `offset` of the area. Rust's `vring::Store8` has this layout. */
 struct vnr_store8 {
