@@ -7,7 +7,11 @@
 //! [`Waker`] when the file signals one of the events it waits for.
 
 use crate::worker::Waker;
-use core::{cell::Cell, ffi::c_void};
+use core::{
+    cell::Cell,
+    ffi::c_void,
+    sync::atomic::{AtomicBool, Ordering},
+};
 use kernel::{
     bindings,
     ffi::{c_int, c_uint},
@@ -62,8 +66,8 @@ impl PollableFile {
 /// [`PollableFile`] invariant). `wait` is linked on it exactly while
 /// `linked` is true. `wqh` is only written by the file's `poll` during
 /// [`FilePoll::start`], before the entry can be reached from elsewhere;
-/// after that `linked` only changes through [`FilePoll::set_listening`],
-/// which takes the poll exclusively.
+/// after that `linked` only changes through [`FilePoll::leave`] and
+/// [`FilePoll::listen`], which take the poll exclusively.
 #[pin_data(PinnedDrop)]
 pub(crate) struct FilePoll {
     #[pin]
@@ -74,16 +78,19 @@ pub(crate) struct FilePoll {
     file: PollableFile,
     mask: u32,
     waker: Arc<Waker>,
-    /// Whether `wait` is on `wqh`; see [`FilePoll::set_listening`].
+    /// Whether `wait` is on `wqh`; see [`FilePoll::leave`].
     linked: Cell<bool>,
+    /// Whether events wake the worker; see [`FilePoll::quiet`].
+    armed: AtomicBool,
 }
 
 // SAFETY: `wqh` and `linked` are only used under the rules in the type
 // invariants; the wait-queue lock serialises the callback with removal.
 unsafe impl Send for FilePoll {}
 // SAFETY: See above; `wqh` is only written during `start`, before sharing,
-// and `linked` only by `set_listening`, which takes the poll exclusively
-// (the callback, which shares it, reads neither).
+// and `linked` only by `leave` and `listen`, which take the poll
+// exclusively (the callback, which shares it, reads neither; `armed` is
+// atomic).
 unsafe impl Sync for FilePoll {}
 
 /// The poll-table callback: links our entry on the file's wait queue.
@@ -129,7 +136,7 @@ unsafe extern "C" fn poll_wakeup(
     let poll = unsafe { &*kernel::container_of!(Opaque::cast_from(wait), FilePoll, wait) };
     // The key is the event mask, passed as a pointer-sized integer.
     let events = key as usize as u32;
-    if events != 0 && events & poll.mask == 0 {
+    if (events != 0 && events & poll.mask == 0) || !poll.armed.load(Ordering::Relaxed) {
         return 0;
     }
     poll.waker.wake();
@@ -173,6 +180,7 @@ impl FilePoll {
                 mask,
                 waker,
                 linked: Cell::new(false),
+                armed: AtomicBool::new(true),
             }),
             GFP_KERNEL,
         )?;
@@ -196,37 +204,53 @@ impl FilePoll {
         Ok(poll)
     }
 
-    /// Leaves or rejoins the file's wait queue, as C's
-    /// `vhost_poll_stop`/`vhost_poll_start` do: the RX worker leaves the
-    /// tap's queue while it drains the tap (`vhost_net_disable_vq`), so
-    /// that a sender that finds the queue empty skips the wakeup entirely
-    /// (`skwq_has_sleeper`) instead of running our callback for every
-    /// packet. After rejoining, the caller must look at the file once
-    /// more: the full barrier here pairs with the one in
-    /// `skwq_has_sleeper`, so either that look sees the new event or the
-    /// sender sees the entry linked and wakes us.
-    pub(crate) fn set_listening(self: Pin<&mut Self>, on: bool) {
+    /// Stops waking the worker, staying on the file's wait queue: the RX
+    /// worker ignores the tap while it drains it, as C's handle_rx does
+    /// with `vhost_net_disable_vq`, instead of being woken for every
+    /// packet. Two stores per run where a run moves one packet (a round
+    /// trip); a run that finds more also [`FilePoll::leave`]s the queue.
+    pub(crate) fn quiet(&self) {
+        self.armed.store(false, Ordering::Relaxed);
+    }
+
+    /// Leaves the file's wait queue (`vhost_poll_stop`), so that a sender
+    /// that finds it empty skips the wakeup entirely (`skwq_has_sleeper`)
+    /// instead of taking the queue's lock and running our callback for
+    /// every packet: about 90 instructions per 64-byte packet on the
+    /// sender's CPU while the RX worker drains a busy tap.
+    pub(crate) fn leave(self: Pin<&mut Self>) {
         // Nothing is moved out: only the `Cell`s are used.
         let this = self.into_ref().get_ref();
         let wqh = this.wqh.get();
-        if wqh.is_null() || this.linked.get() == on {
+        if wqh.is_null() || !this.linked.get() {
             return;
         }
-        if on {
+        // SAFETY: By the type invariant `wait` is linked on `wqh`, which is
+        // valid; the wait-queue lock it takes waits out a callback running
+        // on another CPU.
+        unsafe { bindings::remove_wait_queue(wqh, this.wait.get()) };
+        // INVARIANT: unlinked just now; `self` is exclusive.
+        this.linked.set(false);
+    }
+
+    /// Wakes the worker on events again, back on the file's wait queue if
+    /// it left it (`vhost_poll_start`). The caller must then look at the
+    /// file once more: the full barrier here pairs with the one in
+    /// `skwq_has_sleeper`, so either that look sees the new event or the
+    /// sender sees the entry linked and armed and wakes us.
+    pub(crate) fn listen(self: Pin<&mut Self>) {
+        let this = self.into_ref().get_ref();
+        let wqh = this.wqh.get();
+        if !wqh.is_null() && !this.linked.get() {
             // SAFETY: By the type invariant `wqh` is valid while `file` is
             // held, and `wait` is not linked (`linked` is false); it was
             // initialised in `start` and unlinked by `remove_wait_queue`.
             unsafe { bindings::add_wait_queue(wqh, this.wait.get()) };
-            crate::compat::smp_mb();
-        } else {
-            // SAFETY: By the type invariant `wait` is linked on `wqh`, which
-            // is valid; the wait-queue lock it takes waits out a callback
-            // running on another CPU.
-            unsafe { bindings::remove_wait_queue(wqh, this.wait.get()) };
+            // INVARIANT: linked just now; `self` is exclusive.
+            this.linked.set(true);
         }
-        // INVARIANT: the entry's state changed just above; `self` is
-        // exclusive, so no other caller changes it meanwhile.
-        this.linked.set(on);
+        this.armed.store(true, Ordering::Relaxed);
+        crate::compat::smp_mb();
     }
 }
 

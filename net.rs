@@ -393,21 +393,30 @@ impl RxQueue {
         Ok(Self { batch: RxBatch::new(TapSocket::new(file)?)?, poll: None })
     }
 
-    /// Whether the worker is on the tap's wait queue; see
-    /// [`FilePoll::set_listening`].
-    fn listen(&mut self, on: bool) {
+    /// Stops being woken by the tap while a run drains it; see
+    /// [`FilePoll::quiet`].
+    fn quiet(&self) {
+        if let Some(poll) = &self.poll {
+            poll.quiet();
+        }
+    }
+
+    /// The tap is busy: leaves its wait queue; see [`FilePoll::leave`].
+    fn leave(&mut self) {
         if let Some(poll) = &mut self.poll {
-            poll.as_mut().set_listening(on);
+            poll.as_mut().leave();
         }
     }
 
     /// The tap was found empty: listens to it again, then looks once more,
     /// since a packet queued before the listener was back did not wake us.
-    /// Returns that packet's length, listening no longer, if there is one.
+    /// Returns that packet's length, quiet again, if there is one.
     fn listen_and_recheck(&mut self) -> Option<usize> {
-        self.listen(true);
+        if let Some(poll) = &mut self.poll {
+            poll.as_mut().listen();
+        }
         let len = self.batch.peek_len()?;
-        self.listen(false);
+        self.quiet();
         Some(len)
     }
 }
@@ -492,7 +501,7 @@ fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
     // tap is listened to again only once it is found empty. Runs that end
     // for lack of guest buffers leave it quiet: the guest's kick brings the
     // worker back.
-    active.backend.listen(false);
+    active.backend.quiet();
     // heads[..pending]: packets written to the guest whose used entries are
     // not published yet. They go out MAX_BATCH at a time and when the run
     // ends, whatever ends it.
@@ -520,6 +529,11 @@ fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
                 Err(err) => break Err(err),
             },
         };
+        // A second packet in one run: the tap is busy, and its senders
+        // need not find us on its wait queue until it is empty again.
+        if delivered == 1 {
+            active.backend.leave();
+        }
         let sock_len = len + hdr.sock;
         let need = (sock_len + hdr.vhost) as u64;
         let (heads, segs) = match gather_rx(active, mem, space, pending, need, mergeable) {
