@@ -88,8 +88,12 @@ impl PackedDesc {
 
 /// Whether descriptor flags `flags` mark it available in the lap whose
 /// wrap counter is `wrap`.
+#[inline]
 fn is_avail(flags: u16, wrap: bool) -> bool {
-    (flags & DESC_F_AVAIL != 0) == wrap && (flags & DESC_F_USED != 0) != wrap
+    // AVAIL equal to the wrap counter and USED its inverse: of the two
+    // bits, exactly the one the lap calls for.
+    let want = if wrap { DESC_F_AVAIL } else { DESC_F_USED };
+    flags & (DESC_F_AVAIL | DESC_F_USED) == want
 }
 
 /// The last 8 bytes of a used descriptor (length, id, flags) returning
@@ -350,6 +354,21 @@ impl PackedRing {
             return Ok(None);
         }
         let mut builder = ChainBuilder::new(space, iov);
+        // The usual chain, one direct descriptor (a network packet in one
+        // buffer): no walk. A ring with a free position has room for it,
+        // and `in_flight < num` leaves one.
+        if desc.flags & (DESC_F_NEXT | DESC_F_INDIRECT) == 0 && self.in_flight < self.num {
+            builder.push(desc.addr, desc.len, desc.writable())?;
+            if desc.id >= self.num {
+                return Err(VringError::BadHead);
+            }
+            self.next_avail = first.advance(1, self.num);
+            // INVARIANT: `in_flight < num` (checked above), and a position
+            // taken from `seen_ahead` leaves the sum as it was.
+            self.in_flight += 1;
+            self.seen_ahead = self.seen_ahead.saturating_sub(1);
+            return Ok(Some(builder.finish(desc.id, 1)));
+        }
         // A chain cannot hold more positions than the ring has free: a
         // longer one never ends (NEXT all round the ring).
         let room = self.num - self.in_flight;
