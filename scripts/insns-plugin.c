@@ -3,13 +3,14 @@
  * scripts/insns-plugin.c: a QEMU TCG plugin for `scripts/bench --insns`.
  *
  * Counts the guest instructions executed at kernel addresses (the upper
- * half), per vCPU, and each time a vCPU runs the marker no-op
- * "nopw 0x4e56(%rax,%rax,1)" at a user address (selftests/bench.c's
- * insn_mark(), at the start and at the end of every timed run) appends a
- * line "VCPU TOTAL" with the total over all vCPUs to the file named by
- * its out= argument. The difference between a run's two lines is the
- * kernel's work during that run: unlike time under TCG on a shared host,
- * it does not change with the host's load.
+ * half) and at user addresses, per vCPU, and each time a vCPU runs the
+ * marker no-op "nopw 0x4e56(%rax,%rax,1)" at a user address
+ * (selftests/bench.c's insn_mark(), at the start and at the end of every
+ * timed run) appends a line "VCPU KERNEL USER" with the totals over all
+ * vCPUs to the file named by its out= argument. The difference between a
+ * run's two lines is the kernel's (and userspace's) work during that run:
+ * unlike time under TCG on a shared host, it does not change with the
+ * host's load.
  *
  * With hist=FILE (scripts/profile --insns), it also keeps each kernel
  * translation block's executions, and at every end marker appends
@@ -56,8 +57,9 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
 #define MAX_VCPUS 64
 #define KERNEL_HALF 0xffff800000000000ull
 
-/* One counter per vCPU, each written only by its vCPU's thread. */
-static uint64_t counts[MAX_VCPUS];
+/* One counter per vCPU, each written only by its vCPU's thread: kernel
+ * instructions, and user ones (the harness's guest side, every process). */
+static uint64_t counts[MAX_VCPUS], user_counts[MAX_VCPUS];
 static FILE *out, *hist;
 static unsigned int marks;
 static const unsigned char marker[] = { 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x56, 0x4e, 0x00, 0x00 };
@@ -82,14 +84,24 @@ static void tb_ran(unsigned int vcpu, void *data)
 		__atomic_fetch_add(&block->execs, 1, __ATOMIC_RELAXED);
 }
 
+/* A user translation block ran: its length is the callback's data. */
+static void user_tb_ran(unsigned int vcpu, void *data)
+{
+	if (vcpu < MAX_VCPUS)
+		__atomic_store_n(&user_counts[vcpu], user_counts[vcpu] + (uintptr_t)data, __ATOMIC_RELAXED);
+}
+
 static void marker_ran(unsigned int vcpu, void *unused)
 {
 	unsigned int mark = __atomic_fetch_add(&marks, 1, __ATOMIC_RELAXED);
-	uint64_t total = 0;
+	uint64_t total = 0, user = 0;
 
-	for (int i = 0; i < MAX_VCPUS; i++)
+	for (int i = 0; i < MAX_VCPUS; i++) {
 		total += __atomic_load_n(&counts[i], __ATOMIC_RELAXED);
-	fprintf(out, "%u %llu\n", vcpu, (unsigned long long)total);
+		user += __atomic_load_n(&user_counts[i], __ATOMIC_RELAXED);
+	}
+	/* vCPU, kernel instructions so far, user instructions so far. */
+	fprintf(out, "%u %llu %llu\n", vcpu, (unsigned long long)total, (unsigned long long)user);
 	fflush(out);
 	if (!hist)
 		return;
@@ -121,6 +133,7 @@ static void translated(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, tb_ran, QEMU_PLUGIN_CB_NO_REGS, block);
 		return;
 	}
+	qemu_plugin_register_vcpu_tb_exec_cb(tb, user_tb_ran, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 
