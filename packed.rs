@@ -362,11 +362,7 @@ impl PackedRing {
             if desc.id >= self.num {
                 return Err(VringError::BadHead);
             }
-            self.next_avail = first.advance(1, self.num);
-            // INVARIANT: `in_flight < num` (checked above), and a position
-            // taken from `seen_ahead` leaves the sum as it was.
-            self.in_flight += 1;
-            self.seen_ahead = self.seen_ahead.saturating_sub(1);
+            self.take(first.advance(1, self.num), 1);
             return Ok(Some(builder.finish(desc.id, 1)));
         }
         // A chain cannot hold more positions than the ring has free: a
@@ -404,10 +400,20 @@ impl PackedRing {
         if id >= self.num {
             return Err(VringError::BadHead);
         }
-        self.next_avail = at;
+        self.take(at, count);
+        Ok(Some(builder.finish(id, count)))
+    }
+
+    /// Consumes a chain of `count` positions that [`PackedRing::pop`]
+    /// found, `next` being the position after it.
+    #[inline(always)]
+    fn take(&mut self, next: Position, count: u16) {
+        self.next_avail = next;
+        // INVARIANT: the chain fitted the ring's free positions
+        // (`count <= num - in_flight`, as `pop` checked), and positions taken
+        // from `seen_ahead` leave the sum as it was.
         self.in_flight += count;
         self.seen_ahead = self.seen_ahead.saturating_sub(count);
-        Ok(Some(builder.finish(id, count)))
     }
 
     /// Puts back the last popped chains, which took `positions` positions

@@ -12,7 +12,7 @@
 use crate::compat::code::{enobufs, enotsock};
 use crate::file_poll::PollableFile;
 use crate::shim::{self, PtrRing, XdpBuff};
-use crate::uaccess::read_owner;
+use crate::uaccess::OwnerMem;
 use crate::uapi::VirtioNetHdr;
 use crate::vring::{segments_from, Iov};
 use core::{
@@ -491,9 +491,9 @@ impl TxBatch {
             // and `end - off` is at most a page.
             let n = core::cmp::min(seg.len as usize, end - off);
             // SAFETY: `off + n <= end <= buflen`: the range is inside the
-            // fragment, which is ours; `read_owner` writes it without reading.
+            // fragment, which is ours; `read_into` writes it without reading.
             let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_ptr().add(off).cast(), n) };
-            read_owner(seg.addr, dst)?;
+            OwnerMem.read_into(seg.addr, dst)?;
             off += n;
         }
         if off != end {
