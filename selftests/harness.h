@@ -1030,13 +1030,7 @@ static inline void h_packed_publish(struct h_dev *d, int q, uint16_t head)
 
 	if (!(sd->flags & (VRING_DESC_F_NEXT | VRING_DESC_F_INDIRECT)) && head < v->num &&
 	    v->p_busy < v->num && !v->p_chain[head]) {
-		struct vring_packed_desc *pd = &v->pdesc[v->p_avail];
-
-		pd->addr = sd->addr;
-		pd->len = sd->len;
-		pd->id = head;
-		h_packed_commit(v, 1, (sd->flags & ~(H_P_AVAIL | H_P_USED)) |
-					      (v->p_avail_wrap ? H_P_AVAIL : H_P_USED), head);
+		h_packed_commit(v, 1, h_packed_fill(v, 0, sd->addr, sd->len, head, sd->flags), head);
 	} else {
 		h_packed_publish_chain(d, q, head);
 	}
