@@ -345,19 +345,17 @@ static void tx_fill(struct pair *p)
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[1];
 	struct h_kick_mark from = h_kick_mark(v);
+	struct vring_used_elem e;
 	int posted = 0;
 
-	while (h_used_pending(d, 1)) {
-		h_take_used(d, 1);
+	while (h_next_used(d, 1, &e)) {
 		p->tx_pkts++;
 		p->bytes += size;
 	}
 	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
 		uint16_t head = v->avail_idx % v->num;
-		uint64_t buf = h_buf(d, 1, head);
 
-		v->vr.desc[head] = (struct vring_desc){ buf, d->hdr_len + size, 0, 0 };
-		h_publish(d, 1, head);
+		h_add_one(d, 1, head, h_buf(d, 1, head), d->hdr_len + size, 0);
 		posted++;
 	}
 	if (posted)
@@ -369,11 +367,10 @@ static void rx_fill_all(struct pair *p)
 	struct h_dev *d = &p->d;
 	struct h_vq *v = &d->vq[0];
 	struct h_kick_mark from = h_kick_mark(v);
+	struct vring_used_elem e;
 	int posted = 0;
 
-	while (h_used_pending(d, 0)) {
-		struct vring_used_elem e = h_take_used(d, 0);
-
+	while (h_next_used(d, 0, &e)) {
 		p->rx_pkts++;
 		p->bytes += size;
 		if (p->fair_t && e.id < v->num) {
@@ -387,8 +384,7 @@ static void rx_fill_all(struct pair *p)
 	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
 		uint16_t head = v->avail_idx % v->num;
 
-		v->vr.desc[head] = (struct vring_desc){ h_buf(d, 0, head), v->buf_size, VRING_DESC_F_WRITE, 0 };
-		h_publish(d, 0, head);
+		h_add_one(d, 0, head, h_buf(d, 0, head), v->buf_size, VRING_DESC_F_WRITE);
 		posted++;
 	}
 	if (posted)

@@ -1019,6 +1019,19 @@ static __attribute__((noinline, unused)) void h_packed_publish_chain(struct h_de
 	h_packed_commit(v, k, first, head);
 }
 
+/* With EVENT_IDX, asks for an interrupt on the next used entry, as on a
+ * split ring: the event offset first, then, only if they change, the
+ * flags (the device reads the offset after them), as a Linux guest's
+ * virtqueue_enable_cb_prepare_packed keeps a shadow of them. */
+static inline void h_packed_want_used(struct h_dev *d, struct h_vq *v)
+{
+	if (!(d->features & (1ULL << VIRTIO_RING_F_EVENT_IDX)))
+		return;
+	__atomic_store_n(&v->pdriver->off_wrap, h_p_pos(v->p_used, v->p_used_wrap), __ATOMIC_RELEASE);
+	if (v->pdriver->flags != VRING_PACKED_EVENT_FLAG_DESC)
+		__atomic_store_n(&v->pdriver->flags, VRING_PACKED_EVENT_FLAG_DESC, __ATOMIC_RELEASE);
+}
+
 /* The usual buffer, one direct descriptor whose id is free, is written
  * straight into the ring: the general walk above cost the bench's guest
  * side 140 instructions per packet (scripts/bench --insns, user rows),
@@ -1034,11 +1047,7 @@ static inline void h_packed_publish(struct h_dev *d, int q, uint16_t head)
 	} else {
 		h_packed_publish_chain(d, q, head);
 	}
-	if (d->features & (1ULL << VIRTIO_RING_F_EVENT_IDX)) {
-		/* Interrupt me on the next one, as on a split ring. */
-		v->pdriver->off_wrap = h_p_pos(v->p_used, v->p_used_wrap);
-		__atomic_store_n(&v->pdriver->flags, VRING_PACKED_EVENT_FLAG_DESC, __ATOMIC_RELEASE);
-	}
+	h_packed_want_used(d, v);
 }
 
 /* Ring entries a used descriptor of buffer `id` stands for; 1 (and said)
@@ -1151,6 +1160,27 @@ static inline __attribute__((always_inline)) void h_publish(struct h_dev *d, int
 		vring_used_event(&v->vr) = v->used_seen;	/* interrupt me on the next one */
 }
 
+/*
+ * Adds a buffer of one direct descriptor (flags 0 or VRING_DESC_F_WRITE)
+ * with buffer id `head` (below num) on queue q, and does not kick: as
+ * h_publish after writing vr.desc[head], but on a packed ring whose id is
+ * free, written straight into the ring, as a guest's driver writes it,
+ * without the split table in between (the bench's guest side).
+ */
+static inline __attribute__((always_inline)) void h_add_one(struct h_dev *d, int q, uint16_t head,
+							   uint64_t addr, uint32_t len, uint16_t flags)
+{
+	struct h_vq *v = &d->vq[q];
+
+	if (d->packed && v->p_busy < v->num && !v->p_chain[head]) {
+		h_packed_commit(v, 1, h_packed_fill(v, 0, addr, len, head, flags), head);
+		h_packed_want_used(d, v);
+		return;
+	}
+	v->vr.desc[head] = (struct vring_desc){ addr, len, flags, 0 };
+	h_publish(d, q, head);
+}
+
 /* Number of used entries not consumed yet. */
 static inline uint16_t h_used_pending(struct h_dev *d, int q)
 {
@@ -1229,6 +1259,47 @@ static inline struct vring_used_elem h_take_used(struct h_dev *d, int q)
 	e = v->vr.used->ring[v->used_seen % v->num];
 	v->used_seen++;
 	return e;
+}
+
+/*
+ * Takes queue q's next used entry into *e, if there is one: h_used_pending
+ * and h_take_used in one. On a packed ring with nothing found ahead, the
+ * used descriptor at p_used is read once, where h_used_pending scans and
+ * h_take_used reads it again (the bench's guest side); an id not in
+ * flight goes the general way, which says so.
+ */
+static inline __attribute__((always_inline)) bool h_next_used(struct h_dev *d, int q,
+							     struct vring_used_elem *e)
+{
+	struct h_vq *v = &d->vq[q];
+
+	if (d->packed && !v->p_found && v->avail_idx != v->used_seen) {
+		/* With nothing found, the scan stands at p_used. */
+		struct vring_packed_desc *pd = &v->pdesc[v->p_used];
+		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE), id, k;
+
+		if ((f & (H_P_AVAIL | H_P_USED)) != (v->p_used_wrap ? H_P_AVAIL | H_P_USED : 0))
+			return false;
+		id = pd->id;
+		if (id < v->num && (k = v->p_chain[id])) {
+			*e = (struct vring_used_elem){ id, pd->len };
+			v->p_chain[id] = 0;
+			v->p_busy -= k;
+			v->p_used += k;
+			if (v->p_used >= v->num) {
+				v->p_used -= v->num;
+				v->p_used_wrap = !v->p_used_wrap;
+			}
+			v->p_scan = v->p_used;
+			v->p_scan_wrap = v->p_used_wrap;
+			v->used_seen++;
+			return true;
+		}
+	}
+	if (!h_used_pending(d, q))
+		return false;
+	*e = h_take_used(d, q);
+	return true;
 }
 
 /* Whether an eventfd fired within timeout_ms (and clears it). */
