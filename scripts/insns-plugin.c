@@ -7,7 +7,11 @@
  * marker no-op "nopw 0x4e56(%rax,%rax,1)" at a user address
  * (selftests/bench.c's insn_mark(), at the start and at the end of every
  * timed run) appends a line "VCPU KERNEL USER" with the totals over all
- * vCPUs to the file named by its out= argument. The difference between a
+ * vCPUs to the file named by its out= argument; with vcpus=N, followed by
+ * each of the first N vCPUs' own total (kernel and user), "ALL0 ALL1 ...":
+ * with the bench's threads pinned apart, the last vCPU's is what the data
+ * path (the vhost workers, or the userspace baseline's device threads)
+ * executed, with the interrupts and scheduling it took there. The difference between a
  * run's two lines is the kernel's (and userspace's) work during that run:
  * unlike time under TCG on a shared host, it does not change with the
  * host's load.
@@ -61,7 +65,7 @@ __attribute__((visibility("default"))) int qemu_plugin_version = 1;
  * instructions, and user ones (the harness's guest side, every process). */
 static uint64_t counts[MAX_VCPUS], user_counts[MAX_VCPUS];
 static FILE *out, *hist;
-static unsigned int marks;
+static unsigned int marks, vcpus;
 static const unsigned char marker[] = { 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x56, 0x4e, 0x00, 0x00 };
 
 /* A kernel translation block: its address and size, and (with hist=)
@@ -100,8 +104,13 @@ static void marker_ran(unsigned int vcpu, void *unused)
 		total += __atomic_load_n(&counts[i], __ATOMIC_RELAXED);
 		user += __atomic_load_n(&user_counts[i], __ATOMIC_RELAXED);
 	}
-	/* vCPU, kernel instructions so far, user instructions so far. */
-	fprintf(out, "%u %llu %llu\n", vcpu, (unsigned long long)total, (unsigned long long)user);
+	/* vCPU, kernel instructions so far, user instructions so far, then
+	 * each vCPU's own. */
+	fprintf(out, "%u %llu %llu", vcpu, (unsigned long long)total, (unsigned long long)user);
+	for (unsigned int i = 0; i < vcpus; i++)
+		fprintf(out, " %llu", (unsigned long long)(__atomic_load_n(&counts[i], __ATOMIC_RELAXED) +
+							     __atomic_load_n(&user_counts[i], __ATOMIC_RELAXED)));
+	fputc('\n', out);
 	fflush(out);
 	if (!hist)
 		return;
@@ -153,7 +162,11 @@ int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, 
 			path = argv[i] + 4;
 		else if (!strncmp(argv[i], "hist=", 5))
 			hist_path = argv[i] + 5;
+		else if (!strncmp(argv[i], "vcpus=", 6))
+			vcpus = (unsigned int)strtoul(argv[i] + 6, NULL, 10);
 	}
+	if (vcpus > MAX_VCPUS)
+		vcpus = MAX_VCPUS;
 	if (!path) {
 		fprintf(stderr, "insns-plugin: needs out=FILE\n");
 		return -1;
