@@ -1107,7 +1107,13 @@ static inline struct vring_used_elem h_packed_take(struct h_vq *v)
 		v->p_used -= v->num;
 		v->p_used_wrap = !v->p_used_wrap;
 	}
-	v->p_found--;
+	/* With nothing found ahead, the scan stands at p_used, whatever a
+	 * misbehaving device did to the steps in between (h_next_used relies
+	 * on it). */
+	if (!--v->p_found) {
+		v->p_scan = v->p_used;
+		v->p_scan_wrap = v->p_used_wrap;
+	}
 	v->used_seen++;
 	return e;
 }
