@@ -1082,23 +1082,16 @@ static inline uint16_t h_packed_pending(struct h_vq *v)
 	return v->p_found;
 }
 
-/* Takes the used descriptor at p_used: its id (~0 if that buffer was not
- * in flight) and length. */
-static inline struct vring_used_elem h_packed_take(struct h_vq *v)
+/* Takes back buffer `id`, whose used descriptor is at p_used: its ring
+ * entries (one for an id not in flight) and p_used past them. Whether the
+ * id was in flight. */
+static inline __attribute__((always_inline)) bool h_packed_release(struct h_vq *v, uint16_t id)
 {
-	struct vring_packed_desc *pd = &v->pdesc[v->p_used];
-	struct vring_used_elem e = { ~0u, 0 };
-	uint16_t id, k = 1;
+	bool in_flight = id < v->num && v->p_chain[id];
+	uint16_t k = 1;
 
-	/* Found already (the callers' h_used_pending), or found now. */
-	if (!v->p_found && !h_packed_pending(v))
-		return e;
-	id = pd->id;
-	e.len = pd->len;
-	/* h_packed_pending said already if the id is not in flight. */
-	if (id < v->num && v->p_chain[id]) {
+	if (in_flight) {
 		k = v->p_chain[id];
-		e.id = id;
 		v->p_chain[id] = 0;
 		v->p_busy -= k;
 	}
@@ -1107,6 +1100,26 @@ static inline struct vring_used_elem h_packed_take(struct h_vq *v)
 		v->p_used -= v->num;
 		v->p_used_wrap = !v->p_used_wrap;
 	}
+	v->used_seen++;
+	return in_flight;
+}
+
+/* Takes the used descriptor at p_used: its id (~0 if that buffer was not
+ * in flight) and length. */
+static inline struct vring_used_elem h_packed_take(struct h_vq *v)
+{
+	struct vring_packed_desc *pd = &v->pdesc[v->p_used];
+	struct vring_used_elem e = { ~0u, 0 };
+	uint16_t id;
+
+	/* Found already (the callers' h_used_pending), or found now. */
+	if (!v->p_found && !h_packed_pending(v))
+		return e;
+	id = pd->id;
+	e.len = pd->len;
+	/* h_packed_pending said already if the id is not in flight. */
+	if (h_packed_release(v, id))
+		e.id = id;
 	/* With nothing found ahead, the scan stands at p_used, whatever a
 	 * misbehaving device did to the steps in between (h_next_used relies
 	 * on it). */
@@ -1114,7 +1127,6 @@ static inline struct vring_used_elem h_packed_take(struct h_vq *v)
 		v->p_scan = v->p_used;
 		v->p_scan_wrap = v->p_used_wrap;
 	}
-	v->used_seen++;
 	return e;
 }
 
@@ -1282,23 +1294,16 @@ static inline __attribute__((always_inline)) bool h_next_used(struct h_dev *d, i
 	if (d->packed && !v->p_found && v->avail_idx != v->used_seen) {
 		/* With nothing found, the scan stands at p_used. */
 		struct vring_packed_desc *pd = &v->pdesc[v->p_used];
-		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE), id, k;
+		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE), id;
 
 		if ((f & (H_P_AVAIL | H_P_USED)) != (v->p_used_wrap ? H_P_AVAIL | H_P_USED : 0))
 			return false;
 		id = pd->id;
-		if (id < v->num && (k = v->p_chain[id])) {
+		if (id < v->num && v->p_chain[id]) {
 			*e = (struct vring_used_elem){ id, pd->len };
-			v->p_chain[id] = 0;
-			v->p_busy -= k;
-			v->p_used += k;
-			if (v->p_used >= v->num) {
-				v->p_used -= v->num;
-				v->p_used_wrap = !v->p_used_wrap;
-			}
+			h_packed_release(v, id);
 			v->p_scan = v->p_used;
 			v->p_scan_wrap = v->p_used_wrap;
-			v->used_seen++;
 			return true;
 		}
 	}
