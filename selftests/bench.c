@@ -352,6 +352,8 @@ static void tx_fill(struct pair *p)
 		p->tx_pkts++;
 		p->bytes += size;
 	}
+	if ((uint16_t)(v->avail_idx - v->used_seen) < v->num)
+		h_want_used(d, 1);
 	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
 		uint16_t head = v->avail_idx % v->num;
 
@@ -381,6 +383,8 @@ static void rx_fill_all(struct pair *p)
 				p->lat_ns[p->nlat++] = h_now_ns() - p->fair_t[seq];
 		}
 	}
+	if ((uint16_t)(v->avail_idx - v->used_seen) < v->num)
+		h_want_used(d, 0);
 	while ((uint16_t)(v->avail_idx - v->used_seen) < v->num) {
 		uint16_t head = v->avail_idx % v->num;
 
