@@ -74,6 +74,9 @@ extern "C" {
     pub(crate) fn vnr_put_user_u64_each(uaddr: *mut c_void, len: usize, stores: *const Store8, n: c_uint) -> c_int;
     pub(crate) fn vnr_put_user_u64_spaced(uaddr: *mut c_void, spacing: usize, vals: *const u64, n: c_uint) -> c_int;
 
+    // vnr_shim.h: a message over one user buffer.
+    pub(crate) fn vnr_iov_iter_ubuf(iter: *mut bindings::iov_iter, direction: c_uint, buf: *mut c_void, count: usize);
+
     // vnr_shim.h: the current task and the address space.
     pub(crate) fn vnr_set_current_running();
     pub(crate) fn vnr_set_current_interruptible();

@@ -119,6 +119,10 @@ impl TapSocket {
 
     /// Runs `f` with a message over the user buffers `iov` (`len` bytes).
     /// The message points into `iov`, so it lives only inside this call.
+    /// One buffer, the usual packet, becomes an `ITER_UBUF` message, whose
+    /// copies skip the segment walk of an `ITER_IOVEC` one (fewer
+    /// instructions per packet in tun's copies than C's vhost-net, which
+    /// always builds the latter).
     fn with_msg<R>(iov: &[UserIov], len: usize, dir: u32, flags: u32, f: impl FnOnce(&mut bindings::msghdr) -> R) -> R {
         // SAFETY: `msghdr` is plain data for which all-zeroes is the empty
         // message, as the C code's `struct msghdr msg = {}`.
@@ -130,7 +134,10 @@ impl TapSocket {
         // records them, and the socket copies through the user-access
         // helpers, which check and fault-handle every address.
         unsafe {
-            bindings::iov_iter_init(&mut msg.msg_iter, dir, iov.as_ptr().cast(), iov.len(), len);
+            match iov {
+                [one] => shim::vnr_iov_iter_ubuf(&mut msg.msg_iter, dir, one.base as *mut c_void, len.min(one.len)),
+                _ => bindings::iov_iter_init(&mut msg.msg_iter, dir, iov.as_ptr().cast(), iov.len(), len),
+            }
         }
         f(&mut msg)
     }

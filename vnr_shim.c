@@ -264,6 +264,28 @@ int vnr_put_user_u64(u64 __user *uaddr, u64 val)
 	return put_user(val, uaddr);
 }
 
+/*
+ * A packet in one guest buffer, the usual case (a Linux guest posts one
+ * descriptor per RX buffer, and a small TX packet is one): tun's copies
+ * through an ITER_UBUF take the single-buffer path of the iterators,
+ * where an ITER_IOVEC walks its segment array on every copy.
+ */
+void vnr_iov_iter_ubuf(struct iov_iter *iter, unsigned int direction, void __user *buf, size_t count)
+{
+	/* iov_iter_ubuf() names every field but iov_offset, which the
+	 * compiler then zero-fills with a string store over the whole
+	 * iterator: named here too, the fields are plain stores. */
+	*iter = (struct iov_iter) {
+		.iter_type = ITER_UBUF,
+		.nofault = false,
+		.data_source = direction,
+		.iov_offset = 0,
+		.ubuf = buf,
+		.count = count,
+		.nr_segs = 1,
+	};
+}
+
 void vnr_set_current_running(void)
 {
 	__set_current_state(TASK_RUNNING);

@@ -43,6 +43,9 @@ int vnr_put_user_u64_each(void __user *uaddr, size_t len, const struct vnr_store
 			  unsigned int n);
 int vnr_put_user_u64_spaced(void __user *uaddr, size_t spacing, const u64 *vals, unsigned int n);
 
+/* A message iterator over one user buffer (iov_iter_ubuf() is inline). */
+void vnr_iov_iter_ubuf(struct iov_iter *iter, unsigned int direction, void __user *buf, size_t count);
+
 void vnr_set_current_running(void);
 void vnr_set_current_interruptible(void);
 void vnr_cond_resched(void);
