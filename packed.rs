@@ -28,7 +28,7 @@ use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::Translate;
 use crate::vring::{
     positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, RingFeatures, RingLayout,
-    Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
+    Staged, Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
 
 /// `VRING_PACKED_DESC_F_AVAIL`.
@@ -493,26 +493,23 @@ impl PackedRing {
     /// Writes the used descriptors of `rest` from position `from` on, all
     /// but a batch's first; returns the position after them. They go out
     /// [`USED_STORES`] at a time, each store still one single-copy-atomic
-    /// 8 bytes. Apart from `write_used` so that a batch of one chain does
-    /// not clear the stores' array on the stack.
+    /// 8 bytes. Apart from `write_used`, whose batch of one chain needs no
+    /// stores' array on the stack.
     fn write_rest<M: GuestMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, VringError> {
         let ring_len = DESC_SIZE * u64::from(self.num);
-        let mut stores = [Store8::default(); USED_STORES];
-        let mut count = 0;
+        let mut stores = Staged::<Store8, USED_STORES>::new();
         let mut at = from;
-        for elem in rest {
-            // INVARIANT of `Position`: `index < num <= 32768`, so the
-            // offset fits in 32 bits.
-            let offset = (DESC_SIZE * u64::from(at.index) + DESC_LEN_OFFSET) as u32;
-            stores[count] = Store8 { offset, bytes: used_entry(elem, at.wrap) };
-            count += 1;
-            if count == USED_STORES {
-                mem.write_8_each(self.desc, ring_len, &stores)?;
-                count = 0;
-            }
-            at = at.advance(elem.positions, self.num);
+        for chunk in rest.chunks(USED_STORES) {
+            let staged = stores.fill(chunk.iter().map(|elem| {
+                // INVARIANT of `Position`: `index < num <= 32768`, so the
+                // offset fits in 32 bits.
+                let offset = (DESC_SIZE * u64::from(at.index) + DESC_LEN_OFFSET) as u32;
+                let store = Store8 { offset, bytes: used_entry(elem, at.wrap) };
+                at = at.advance(elem.positions, self.num);
+                store
+            }));
+            mem.write_8_each(self.desc, ring_len, staged)?;
         }
-        mem.write_8_each(self.desc, ring_len, &stores[..count])?;
         Ok(at)
     }
 
@@ -529,17 +526,15 @@ impl PackedRing {
         from: Position,
         rest: &[UsedElem],
     ) -> Result<Position, VringError> {
-        let mut vals = [0u64; USED_STORES];
+        let mut vals = Staged::<u64, USED_STORES>::new();
         let mut at = from;
         let mut rest = rest;
         while !rest.is_empty() {
             // INVARIANT of `Position`: `at.index < num`, so a run has room.
             let to_end = usize::from(self.num - at.index);
             let (run, later) = rest.split_at(rest.len().min(USED_STORES).min(to_end));
-            for (val, elem) in vals.iter_mut().zip(run) {
-                *val = u64::from_ne_bytes(used_entry(elem, at.wrap));
-            }
-            mem.write_8_spaced(self.desc_addr(at.index) + DESC_LEN_OFFSET, DESC_SIZE, &vals[..run.len()])?;
+            let staged = vals.fill(run.iter().map(|elem| u64::from_ne_bytes(used_entry(elem, at.wrap))));
+            mem.write_8_spaced(self.desc_addr(at.index) + DESC_LEN_OFFSET, DESC_SIZE, staged)?;
             // `run.len() <= USED_STORES`, well inside a u16.
             at = at.advance(run.len() as u16, self.num);
             rest = later;

@@ -1048,8 +1048,11 @@ impl<B: Backend> VqState<B> {
             self.stopped_by(err);
             return false;
         }
-        let Some(mut active) = self.active() else { return false };
-        match B::run(&mut active) {
+        // Borrowed where `active()` built it: bound by value, the 160-byte
+        // ring view was copied on every run.
+        let mut active = self.active();
+        let Some(active) = active.as_mut() else { return false };
+        match B::run(active) {
             Ok(more) => more,
             Err(err) => {
                 self.stopped_by(err);

@@ -17,6 +17,8 @@
 //! 16-bit accesses ([`GuestMemory::read_u16`]/[`GuestMemory::write_u16`]),
 //! ordered by the barriers the virtio spec requires.
 
+use core::mem::MaybeUninit;
+
 use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::{Access, Translate, TranslateError};
 
@@ -211,6 +213,32 @@ pub(crate) trait GuestMemory {
 pub(crate) struct Store8 {
     pub(crate) offset: u32,
     pub(crate) bytes: [u8; 8],
+}
+
+/// Up to `N` values gathered on the stack for one user access (used
+/// elements, used descriptors), without clearing the whole array first: a
+/// zeroed `[T; N]` cost a memset of all of it per batch, more than the
+/// stores of a short batch (an RX run of a few packets).
+pub(crate) struct Staged<T: Copy, const N: usize>([MaybeUninit<T>; N]);
+
+impl<T: Copy, const N: usize> Staged<T, N> {
+    pub(crate) fn new() -> Self {
+        Self([MaybeUninit::uninit(); N])
+    }
+
+    /// Stages the first `N` values of `values` (no more are taken from
+    /// it) and returns them.
+    pub(crate) fn fill(&mut self, values: impl IntoIterator<Item = T>) -> &[T] {
+        let mut len = 0;
+        // `zip` takes a value only for a free slot.
+        for (slot, value) in self.0.iter_mut().zip(values) {
+            slot.write(value);
+            len += 1;
+        }
+        // SAFETY: the loop wrote `self.0[..len]`, and `MaybeUninit<T>` has
+        // the layout of `T`.
+        unsafe { core::slice::from_raw_parts(self.0.as_ptr().cast::<T>(), len) }
+    }
 }
 
 /// [`GuestMemory::read_16_acquire`] in two reads: the flags on their own,
@@ -774,16 +802,14 @@ impl Vring {
         // per packet, as C's __vhost_add_used_n does.
         let mut idx = self.last_used_idx;
         let mut rest = heads;
+        let mut staged = Staged::<[u8; USED_ELEM_SIZE as usize], USED_CHUNK>::new();
         while !rest.is_empty() {
             let to_end = self.num64() - u64::from(idx & self.mask);
             let n = rest.len().min(USED_CHUNK).min(to_end as usize);
             // Whole elements, not slice copies into a byte buffer (an
             // out-of-line call per element).
-            let mut b = [[0u8; USED_ELEM_SIZE as usize]; USED_CHUNK];
-            for (slot, elem) in b.iter_mut().zip(rest.iter().take(n)) {
-                *slot = elem.split_bytes();
-            }
-            mem.write(self.used_elem_addr(idx), &b.as_flattened()[..n * USED_ELEM_SIZE as usize])?;
+            let elems = staged.fill(rest[..n].iter().map(UsedElem::split_bytes));
+            mem.write(self.used_elem_addr(idx), elems.as_flattened())?;
             self.log_used(mem, log, self.used_elem_addr(idx) - self.used, n as u64 * USED_ELEM_SIZE)?;
             idx = idx.wrapping_add(n as u16);
             rest = &rest[n..];
