@@ -116,14 +116,32 @@ static_assert(EPOLLIN == 0x0001 && EPOLLOUT == 0x0004 && EPOLLERR == 0x0008);
 static_assert(EPOLLRDNORM == 0x0040);
 static_assert(DEFAULT_POLLMASK == (0x0001 | 0x0004 | 0x0040 | 0x0100));
 
+/*
+ * A ring index, flags word or num_buffers: one 16-bit access (single-copy
+ * atomic at the 2-byte alignment the callers keep) in a user-access scope
+ * inlined here, where get_user()/put_user() call the out-of-line
+ * __get_user_2/__put_user_2 (9 instructions more per access,
+ * scripts/profile --insns: one num_buffers store per RX packet).
+ */
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val)
 {
-	return get_user(*val, uaddr);
+	u16 got;
+
+	scoped_user_read_access_size(uaddr, 2, fault)
+		unsafe_get_user(got, uaddr, fault);
+	*val = got;
+	return 0;
+fault:
+	return -EFAULT;
 }
 
 int vnr_put_user_u16(u16 __user *uaddr, u16 val)
 {
-	return put_user(val, uaddr);
+	scoped_user_write_access_size(uaddr, 2, fault)
+		unsafe_put_user(val, uaddr, fault);
+	return 0;
+fault:
+	return -EFAULT;
 }
 
 /*
