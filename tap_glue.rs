@@ -129,13 +129,19 @@ impl TapSocket {
         let mut msg: bindings::msghdr = unsafe { core::mem::zeroed() };
         msg.msg_flags = flags;
         // SAFETY: `UserIov` has the layout of `struct iovec` (asserted where
-        // it is defined), and `iov` outlives `msg`, which does not leave
-        // this function. The iovecs name user buffers: the iterator only
-        // records them, and the socket copies through the user-access
-        // helpers, which check and fault-handle every address.
+        // it is defined), and `iov`, which an ITER_IOVEC message points
+        // into, outlives `msg`, which does not leave this function (an
+        // ITER_UBUF one copies its one buffer's address). The iovecs name
+        // user buffers: the iterator only records them, and the socket
+        // copies through the user-access helpers, which check and
+        // fault-handle every address.
         unsafe {
             match iov {
-                [one] => shim::vnr_iov_iter_ubuf(&mut msg.msg_iter, dir, one.base as *mut c_void, len.min(one.len)),
+                [one] => {
+                    // Callers pass the total of their iovecs or less.
+                    debug_assert!(len <= one.len, "a message longer than its buffer");
+                    shim::vnr_iov_iter_ubuf(&mut msg.msg_iter, dir, one.base as *mut c_void, len.min(one.len))
+                }
                 _ => bindings::iov_iter_init(&mut msg.msg_iter, dir, iov.as_ptr().cast(), iov.len(), len),
             }
         }

@@ -55,8 +55,8 @@ impl GuestMemory for OwnerMem {
         }
         let p = uptr(addr)?;
         let mut val = 0u16;
-        // SAFETY: `get_user` checks the address itself (access_ok) and
-        // handles faults; `val` is a valid local to write to.
+        // SAFETY: the shim's user-access scope masks or checks the address
+        // itself and handles faults; `val` is a valid local to write to.
         let ret = unsafe { shim::vnr_get_user_u16(p.as_const_ptr().cast(), &mut val) };
         if ret != 0 {
             return Err(VringError::Fault);
@@ -69,7 +69,8 @@ impl GuestMemory for OwnerMem {
             return Err(VringError::Fault);
         }
         let p = uptr(addr)?;
-        // SAFETY: `put_user` checks the address itself and handles faults.
+        // SAFETY: the shim's user-access scope masks or checks the address
+        // itself and handles faults.
         let ret = unsafe { shim::vnr_put_user_u16(p.as_mut_ptr().cast(), val) };
         if ret != 0 {
             return Err(VringError::Fault);
@@ -93,7 +94,7 @@ impl GuestMemory for OwnerMem {
     }
 
     fn write_8_each(&self, area: u64, area_len: u64, stores: &[Store8]) -> Result<(), VringError> {
-        // A batch of one chain leaves no rest: no user access for it.
+        // Nothing to store: no user access.
         if stores.is_empty() {
             return Ok(());
         }

@@ -3,9 +3,10 @@
  * The C shim of vhost-net-rs: only what Rust cannot reach. Its Rust mirror
  * is the one extern "C" block in shim.rs; keep the two in step.
  *
- * - get_user() and put_user() are macros that compile to one 16-bit load or
- *   store with exception-table fixups; the Rust uaccess API copies bytes,
- *   which may tear a ring index across a 256 boundary.
+ * - A ring index must be one 16-bit load or store (the Rust uaccess API
+ *   copies bytes, which may tear it across a 256 boundary): the user-access
+ *   scopes and unsafe_get_user()/unsafe_put_user() are macros.
+ * - iov_iter_ubuf() is inline: one-buffer messages to tun.
  * - set_current_state(), __set_current_state(), cond_resched() and
  *   TASK_SIZE_MAX are macros.
  * - struct xdp_buff and struct tun_msg_ctl have no Rust bindings, and the
@@ -22,6 +23,7 @@
 #include <linux/compiler_types.h>
 
 struct file;
+struct iov_iter;
 struct socket;
 struct ptr_ring;
 struct xdp_buff;
