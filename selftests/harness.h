@@ -871,6 +871,20 @@ static inline bool h_kick_needed(struct h_dev *d, int q, struct h_kick_mark from
  * knows from the id alone: hence p_chain.
  */
 
+/* Descriptor flags `flags` marked available in the lap whose wrap counter
+ * is `wrap`: AVAIL equal to it, USED its inverse. */
+static inline uint16_t h_p_avail_flags(uint16_t flags, bool wrap)
+{
+	return (flags & ~(H_P_AVAIL | H_P_USED)) | (wrap ? H_P_AVAIL : H_P_USED);
+}
+
+/* Whether descriptor flags `flags` mark it used in the lap whose wrap
+ * counter is `wrap`: AVAIL and USED both equal to it. */
+static inline bool h_p_is_used(uint16_t flags, bool wrap)
+{
+	return (flags & (H_P_AVAIL | H_P_USED)) == (wrap ? H_P_AVAIL | H_P_USED : 0);
+}
+
 /* Whether a chain of k ring entries with buffer id `id` fits now: it needs
  * that many free entries, and its id must not be in flight. Says why not. */
 static inline bool h_packed_room(struct h_vq *v, unsigned int k, uint16_t id)
@@ -901,8 +915,7 @@ static inline uint16_t h_packed_fill(struct h_vq *v, unsigned int i, uint64_t ad
 		pos -= v->num;
 		wrap = !wrap;
 	}
-	flags &= ~(H_P_AVAIL | H_P_USED);
-	flags |= wrap ? H_P_AVAIL : H_P_USED;
+	flags = h_p_avail_flags(flags, wrap);
 	pd = &v->pdesc[pos];
 	pd->addr = addr;
 	pd->len = len;
@@ -1057,8 +1070,7 @@ static inline __attribute__((always_inline)) void h_packed_add_one(struct h_vq *
 	pd->addr = addr;
 	pd->len = len;
 	pd->id = id;
-	flags &= ~(H_P_AVAIL | H_P_USED);
-	__atomic_store_n(&pd->flags, flags | (wrap ? H_P_AVAIL : H_P_USED), __ATOMIC_RELEASE);
+	__atomic_store_n(&pd->flags, h_p_avail_flags(flags, wrap), __ATOMIC_RELEASE);
 }
 
 /* The usual buffer, one direct descriptor whose id is free, is written
@@ -1098,8 +1110,7 @@ static inline uint16_t h_packed_pending(struct h_vq *v)
 		struct vring_packed_desc *pd = &v->pdesc[v->p_scan];
 		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE);
 
-		/* Used in this lap: AVAIL and USED both equal to its wrap counter. */
-		if ((f & (H_P_AVAIL | H_P_USED)) != (v->p_scan_wrap ? H_P_AVAIL | H_P_USED : 0))
+		if (!h_p_is_used(f, v->p_scan_wrap))
 			break;
 		v->p_scan += h_packed_step(v, pd->id);
 		if (v->p_scan >= v->num) {
@@ -1242,18 +1253,15 @@ static inline __attribute__((always_inline)) void h_add_one(struct h_dev *d, int
 {
 	struct h_vq *v = &d->vq[q];
 
-	if (d->packed) {
-		if (v->p_busy < v->num && !v->p_chain[head]) {
-			h_packed_add_one(v, head, addr, len, flags);
-			return;
-		}
-		/* The general path, which says why it cannot. */
-		v->vr.desc[head] = (struct vring_desc){ addr, len, flags, 0 };
-		h_packed_publish_chain(d, q, head);
+	if (d->packed && v->p_busy < v->num && !v->p_chain[head]) {
+		h_packed_add_one(v, head, addr, len, flags);
 		return;
 	}
 	v->vr.desc[head] = (struct vring_desc){ addr, len, flags, 0 };
-	h_split_publish(d, q, head);
+	if (d->packed)
+		h_packed_publish_chain(d, q, head);	/* which says why the above could not */
+	else
+		h_split_publish(d, q, head);
 }
 
 /* Number of used entries not consumed yet. */
@@ -1353,7 +1361,7 @@ static inline __attribute__((always_inline)) bool h_next_used(struct h_dev *d, i
 		struct vring_packed_desc *pd = &v->pdesc[v->p_used];
 		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE), id;
 
-		if ((f & (H_P_AVAIL | H_P_USED)) != (v->p_used_wrap ? H_P_AVAIL | H_P_USED : 0))
+		if (!h_p_is_used(f, v->p_used_wrap))
 			return false;
 		id = pd->id;
 		if (id < v->num && v->p_chain[id]) {
