@@ -26,9 +26,10 @@
 
 use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::Translate;
+use crate::staged::Staged;
 use crate::vring::{
     positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, RingFeatures, RingLayout,
-    Staged, Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
+    Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
 
 /// `VRING_PACKED_DESC_F_AVAIL`.

@@ -13,7 +13,7 @@
 //!
 //! Files, in dependency order: `uapi.rs` (ABI), `memory.rs` (memory
 //! table), `vring.rs` and `packed.rs` (split and packed rings), `ring.rs`
-//! (either), `dirtylog.rs` (the migration log) and `iotlb.rs` (the device
+//! (either), `staged.rs` (their used-entry stack buffer), `dirtylog.rs` (the migration log) and `iotlb.rs` (the device
 //! IOTLB's table and messages), the `core`-only parsers of guest input;
 //! `uaccess.rs` (owner memory), `eventfd.rs`, `file_poll.rs` (polling
 //! another file's wait queue) and `worker.rs` (vhost_task workers);
@@ -30,8 +30,9 @@
 //! `eventfd.rs`, `file_poll.rs`, `worker.rs`, `tap_glue.rs`, `misc_node.rs`
 //! and `compat.rs` (the 7.2 side of `synchronize_rcu`), and one call in
 //! `device_iotlb.rs` (a poll wait queue whose lifetime it vouches for), plus the `unsafe impl FromBytes/AsBytes` of the ABI
-//! structs in `uapi.rs`. The parsers, the queue rules, the data path and this file
-//! have none.
+//! structs in `uapi.rs`, and one block in `staged.rs` (the filled prefix of
+//! the rings' stack buffer for used entries, no guest input). The parsers,
+//! the queue rules, the data path and this file have none.
 //!
 //! # Lock order
 //!
@@ -71,6 +72,7 @@ mod packed;
 mod net;
 mod ring;
 mod shim;
+mod staged;
 mod tap_glue;
 mod uaccess;
 mod uapi;

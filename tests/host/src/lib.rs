@@ -7,6 +7,8 @@
 pub mod memory;
 #[path = "../../../vring.rs"]
 pub mod vring;
+#[path = "../../../staged.rs"]
+pub mod staged;
 #[path = "../../../dirtylog.rs"]
 pub mod dirtylog;
 #[path = "../../../packed.rs"]
