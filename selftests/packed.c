@@ -900,18 +900,23 @@ static unsigned int missing(const uint8_t *bitmap, const uint8_t *want, uint64_t
 	return n;
 }
 
-/* Whether the device wrote its event area since mark_device() (it does
- * when it asks to be kicked). */
+/* Whether the device wrote its event position since mark_device() (it
+ * does each time it asks to be kicked). */
 static bool device_wrote(struct h_vq *v)
 {
-	return __atomic_load_n(&v->pdevice->off_wrap, __ATOMIC_ACQUIRE) != SENTINEL ||
-	       __atomic_load_n(&v->pdevice->flags, __ATOMIC_ACQUIRE) != SENTINEL;
+	return __atomic_load_n(&v->pdevice->off_wrap, __ATOMIC_ACQUIRE) != SENTINEL;
 }
 
+/*
+ * Only the position is marked, never the flags. The device area is the
+ * device's: it remembers the flags it wrote last and does not write them
+ * again, and the TX worker may already have asked for a kick (flags DESC)
+ * when the backend was attached. A sentinel in the flags would then stay
+ * there for good and h_wait_drained() would wait for DESC in vain.
+ */
 static void mark_device(struct h_vq *v)
 {
-	v->pdevice->off_wrap = SENTINEL;
-	__atomic_store_n(&v->pdevice->flags, SENTINEL, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&v->pdevice->off_wrap, SENTINEL, __ATOMIC_SEQ_CST);
 }
 
 /*
