@@ -653,6 +653,10 @@ impl<M: GuestMemory, T: Translate + ?Sized> GuestMemory for Translated<'_, M, T>
         self.mem.read_u16(self.whole(addr, 2, Access::Read)?)
     }
 
+    fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
+        self.mem.read_u32(self.whole(addr, 4, Access::Read)?)
+    }
+
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
         self.mem.write_u16(self.whole(addr, 2, Access::Write)?, val)
     }

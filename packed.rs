@@ -22,7 +22,8 @@
 //! a descriptor's flags, then (after a read barrier) the rest of it. It
 //! writes a used descriptor's length, id and flags in one single-copy-atomic
 //! 8-byte store, so the id and length can never be seen behind the flags
-//! (section 2.8.21), and its event flags with 16-bit stores.
+//! (section 2.8.21), and its event flags with 16-bit stores. The driver's
+//! event area it reads whole, in one single-copy-atomic 32-bit load.
 
 use crate::dirtylog::{LogError, WriteLog};
 use crate::memory::Translate;
@@ -100,8 +101,31 @@ fn is_avail(flags: u16, wrap: bool) -> bool {
 /// The last 8 bytes of a used descriptor (length, id, flags) returning
 /// `elem` in the lap `wrap`: what [`GuestMemory::write_8`] stores.
 fn used_entry(elem: &UsedElem, wrap: bool) -> [u8; 8] {
-    let flags = used_flags(wrap, elem.len);
-    (u64::from(elem.len) | u64::from(elem.head) << 32 | u64::from(flags) << 48).to_le_bytes()
+    LapFlags::of(wrap).entry(elem).to_ne_bytes()
+}
+
+/// The flags of the used descriptors written in one lap, placed where
+/// they go in the 8 bytes [`used_entry`] makes: once per run of a batch,
+/// not per descriptor.
+#[derive(Clone, Copy)]
+struct LapFlags {
+    /// Without `WRITE`: nothing written (length 0).
+    empty: u64,
+    /// With `WRITE`.
+    written: u64,
+}
+
+impl LapFlags {
+    fn of(wrap: bool) -> Self {
+        LapFlags { empty: u64::from(used_flags(wrap, 0)) << 48, written: u64::from(used_flags(wrap, 1)) << 48 }
+    }
+
+    /// [`used_entry`] as the value whose native bytes it is: what
+    /// [`GuestMemory::write_8_spaced`] stores.
+    fn entry(self, elem: &UsedElem) -> u64 {
+        let flags = if elem.len > 0 { self.written } else { self.empty };
+        (u64::from(elem.len) | u64::from(elem.head) << 32 | flags).to_le()
+    }
 }
 
 /// The flags of a used descriptor written in the lap `wrap`, with
@@ -457,36 +481,42 @@ impl PackedRing {
         elems: &[UsedElem],
     ) -> Result<(), VringError> {
         let Some((first, rest)) = elems.split_first() else { return Ok(()) };
-        // Every chain takes at least one position, so `total` counts each
-        // element once exactly when each took one (below).
+        // Every chain takes at least one position: the batch takes at least
+        // this many, exactly this many when the rest took one each.
         debug_assert!(elems.iter().all(|elem| elem.positions >= 1), "a used element of no position");
-        let total = positions(elems);
-        let Some(in_flight) = u32::from(self.in_flight).checked_sub(total) else {
+        let least = u32::from(first.positions) + rest.len() as u32;
+        if least > u32::from(self.in_flight) {
             // Returning more than was taken: a caller's bug, not the guest's.
             return Err(VringError::BadUsed);
-        };
+        }
         let start = self.next_used;
         let after_first = start.advance(first.positions, self.num);
-        let at = if rest.is_empty() {
-            after_first
+        let (at, total) = if rest.is_empty() {
+            (after_first, least)
         } else {
-            // Every chain took one position (each at least one): their
-            // used descriptors are adjacent.
-            let at = if total as usize == elems.len() {
-                self.write_rest_adjacent(mem, after_first, rest)?
+            // The rest go first, at positions the driver looks at only once
+            // it sees the first: those written before a chain of several
+            // positions is found to overrun what was taken stay unseen.
+            let (at, adjacent) = self.write_rest_adjacent(mem, after_first, rest)?;
+            let (at, total) = if adjacent == rest.len() {
+                (at, least)
             } else {
-                self.write_rest(mem, after_first, rest)?
+                let total = positions(elems);
+                if total > u32::from(self.in_flight) {
+                    return Err(VringError::BadUsed);
+                }
+                (self.write_rest(mem, at, &rest[adjacent..])?, total)
             };
             // The rest of the batch before the first entry, which the
             // driver looks at first.
             mem.wmb();
-            at
+            (at, total)
         };
         mem.write_8(self.desc_addr(start.index) + DESC_LEN_OFFSET, used_entry(first, start.wrap))?;
         self.log_span(mem, log, start, at);
         self.next_used = at;
-        // INVARIANT: `total` was in flight; it is no more.
-        self.in_flight = in_flight as u16;
+        // INVARIANT: `total` was in flight (checked above); it is no more.
+        self.in_flight -= total as u16;
         self.unsignalled = self.unsignalled.saturating_add(total);
         Ok(())
     }
@@ -494,8 +524,7 @@ impl PackedRing {
     /// Writes the used descriptors of `rest` from position `from` on, all
     /// but a batch's first; returns the position after them. They go out
     /// [`USED_STORES`] at a time, each store still one single-copy-atomic
-    /// 8 bytes. Apart from `write_used`, whose batch of one chain needs no
-    /// stores' array on the stack.
+    /// 8 bytes. The caller checked that they fit what is in flight.
     fn write_rest<M: GuestMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, VringError> {
         let ring_len = DESC_SIZE * u64::from(self.num);
         let mut stores = Staged::<Store8, USED_STORES>::new();
@@ -514,33 +543,43 @@ impl PackedRing {
         Ok(at)
     }
 
-    /// [`PackedRing::write_rest`] when every chain of `rest` took one
-    /// position, as a chain of one descriptor or an indirect one does (a
-    /// Linux guest's RX buffers, and its TX packets with indirect
-    /// descriptors): the used descriptors are adjacent, 16 bytes apart, and
-    /// go out as runs of values up to the ring's end, without an offset
-    /// and a position step each (`scripts/profile --insns`, TX 64 B: 53
-    /// instructions per packet down to 29, the shim's loop included).
+    /// The used descriptors of the leading elements of `rest` whose chains
+    /// took one position each, as a chain of one descriptor or an indirect
+    /// one does (a Linux guest's RX buffers, and its TX packets with
+    /// indirect descriptors), from position `from` on. Returns the position
+    /// after them and how many they were: all of `rest` but for a chain of
+    /// several positions, which [`PackedRing::write_rest`] takes from there.
+    ///
+    /// Such used descriptors are adjacent, 16 bytes apart, and go out as
+    /// runs of values up to the ring's end, without an offset and a
+    /// position step each (`scripts/profile --insns`, TX 64 B: 53
+    /// instructions per packet down to 29, the shim's loop included), and
+    /// without a pass over the batch to learn that they all are.
+    /// The caller checked that `rest` fits what is in flight if they are.
     fn write_rest_adjacent<M: GuestMemory>(
         &self,
         mem: &M,
         from: Position,
         rest: &[UsedElem],
-    ) -> Result<Position, VringError> {
+    ) -> Result<(Position, usize), VringError> {
         let mut vals = Staged::<u64, USED_STORES>::new();
         let mut at = from;
-        let mut rest = rest;
-        while !rest.is_empty() {
+        let mut done = 0;
+        while done < rest.len() {
             // INVARIANT of `Position`: `at.index < num`, so a run has room.
             let to_end = usize::from(self.num - at.index);
-            let (run, later) = rest.split_at(rest.len().min(USED_STORES).min(to_end));
-            let staged = vals.fill(run.iter().map(|elem| u64::from_ne_bytes(used_entry(elem, at.wrap))));
+            let run = &rest[done..rest.len().min(done + USED_STORES.min(to_end))];
+            let flags = LapFlags::of(at.wrap);
+            let staged = vals.fill(run.iter().take_while(|elem| elem.positions == 1).map(|elem| flags.entry(elem)));
             mem.write_8_spaced(self.desc_addr(at.index) + DESC_LEN_OFFSET, DESC_SIZE, staged)?;
-            // `run.len() <= USED_STORES`, well inside a u16.
-            at = at.advance(run.len() as u16, self.num);
-            rest = later;
+            // `staged.len() <= USED_STORES`, well inside a u16.
+            at = at.advance(staged.len() as u16, self.num);
+            done += staged.len();
+            if staged.len() < run.len() {
+                break;
+            }
         }
-        Ok(at)
+        Ok((at, done))
     }
 
     /// Logs the descriptors from `from` up to (not including) `to`, a span
@@ -571,7 +610,13 @@ impl PackedRing {
         }
         let added = core::mem::replace(&mut self.unsignalled, 0);
         let valid = core::mem::replace(&mut self.signalled_valid, true);
-        let flags = mem.read_u16(self.driver + EVENT_FLAGS_OFFSET)?;
+        // The whole area in one single-copy-atomic load, as a Linux driver
+        // reads the device's (virtqueue_kick_prepare_packed): a position no
+        // older than the flags that say it is meant, since the guest writes
+        // it first, without a second user access.
+        let event = mem.read_u32(self.driver)?;
+        let flags = (event >> (8 * EVENT_FLAGS_OFFSET)) as u16;
+        let off_wrap = (event >> (8 * EVENT_OFF_WRAP_OFFSET)) as u16;
         if flags == EVENT_FLAG_DISABLE {
             return Ok(false);
         }
@@ -582,9 +627,6 @@ impl PackedRing {
         if !valid || added >= u32::from(self.num) {
             return Ok(true);
         }
-        // off_wrap only after the flags that say it is meant.
-        mem.rmb();
-        let off_wrap = mem.read_u16(self.driver + EVENT_OFF_WRAP_OFFSET)?;
         // Positions as integers on the used lap's scale: the guest's event
         // in the previous lap (its wrap bit differs) lies below 0.
         let num = i64::from(self.num);

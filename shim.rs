@@ -62,10 +62,12 @@ extern "C" {
     // include/linux/if_tun.h
     pub(crate) fn tun_ptr_free(ptr: *mut c_void);
 
-    // vnr_shim.h: 16-bit user accesses, one 64-bit store, 16-byte
-    // descriptor reads (split; packed, flags first), a packed ring's used
-    // entries in one access, and the TX packet copy.
+    // vnr_shim.h: 16-bit user accesses, a packed event area's 32-bit
+    // load, one 64-bit store, 16-byte descriptor reads (split; packed,
+    // flags first), a packed ring's used entries in one access, and the TX
+    // packet copy.
     pub(crate) fn vnr_get_user_u16(uaddr: *const u16, val: *mut u16) -> c_int;
+    pub(crate) fn vnr_get_user_u32(uaddr: *const u32, val: *mut u32) -> c_int;
     pub(crate) fn vnr_put_user_u16(uaddr: *mut u16, val: u16) -> c_int;
     pub(crate) fn vnr_put_user_u64(uaddr: *mut u64, val: u64) -> c_int;
     pub(crate) fn vnr_read_user_16(uaddr: *const c_void, dst: *mut u8) -> c_int;

@@ -64,6 +64,21 @@ impl GuestMemory for OwnerMem {
         Ok(val)
     }
 
+    fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
+        if addr % 4 != 0 {
+            return Err(VringError::Fault);
+        }
+        let p = uptr(addr)?;
+        let mut val = 0u32;
+        // SAFETY: the shim's user-access scope masks or checks the address
+        // itself and handles faults; `val` is a valid local to write to.
+        let ret = unsafe { shim::vnr_get_user_u32(p.as_const_ptr().cast(), &mut val) };
+        if ret != 0 {
+            return Err(VringError::Fault);
+        }
+        Ok(val)
+    }
+
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
         if addr % 2 != 0 {
             return Err(VringError::Fault);

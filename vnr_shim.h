@@ -29,6 +29,7 @@ struct ptr_ring;
 struct xdp_buff;
 
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val);
+int vnr_get_user_u32(const u32 __user *uaddr, u32 *val);
 int vnr_put_user_u16(u16 __user *uaddr, u16 val);
 int vnr_put_user_u64(u64 __user *uaddr, u64 val);
 int vnr_read_user_16(const void __user *uaddr, u8 *dst);

@@ -140,6 +140,10 @@ pub(crate) trait GuestMemory {
     fn owner(&self) -> &Self::Owner;
     /// One single-copy-atomic 16-bit load.
     fn read_u16(&self, addr: u64) -> Result<u16, VringError>;
+    /// One single-copy-atomic 32-bit load at a 4-byte-aligned `addr`: a
+    /// packed ring's event suppression area (offset and flags) as one
+    /// snapshot.
+    fn read_u32(&self, addr: u64) -> Result<u32, VringError>;
     /// One single-copy-atomic 16-bit store.
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError>;
     /// One single-copy-atomic store of the 8 bytes `bytes`, in that order,

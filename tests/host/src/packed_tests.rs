@@ -379,6 +379,29 @@ fn chains_in_flight_never_exceed_the_ring() {
 }
 
 #[test]
+fn a_batch_returning_more_than_was_taken_stays_unseen() {
+    // Two chains of one descriptor in flight, returned as a batch whose
+    // second element claims three positions: one element per chain fits,
+    // the positions do not. Refused, and the driver sees nothing used.
+    let mut r = rig(8, f());
+    let mut used = Vec::new();
+    for _ in 0..2 {
+        r.post(&[(0x8000, 1, false)]);
+        used.push(UsedElem::of(&r.pop().unwrap().unwrap(), 0));
+    }
+    let claimed = [used[0], UsedElem { positions: 3, ..used[1] }];
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(VringError::BadUsed));
+    // More elements than positions in flight: refused as well.
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[used[0], used[1], used[1]]), Err(VringError::BadUsed));
+    assert_eq!(r.driver.take_used(&r.mem), None);
+    // The ring is where it was: the true batch goes out whole.
+    r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
+    for elem in &used {
+        assert_eq!(r.driver.take_used(&r.mem), Some((elem.head, elem.len)));
+    }
+}
+
+#[test]
 fn indirect_tables_ignore_reserved_flags() {
     let mut r = rig(8, f());
     let bufs = [(0x8000, 10, false), (0x9000, 20, false), (0xa000, 30, true)];
@@ -769,8 +792,10 @@ fn used_batches_past_one_store_chunk_and_the_ring_end() {
     // and needs three chunks of stores after the first entry. Chains of
     // one and two descriptors take the stores with offsets; chains of one
     // descriptor each, with lengths 0 and not (the WRITE flag), the
-    // adjacent runs.
-    for two_descs in [true, false] {
+    // adjacent runs; with one chain of two descriptors among them (the
+    // 41st), the adjacent runs up to it and the stores with offsets from
+    // there.
+    for (two_descs, one_of_two) in [(true, false), (false, false), (false, true)] {
         let mut r = rig(128, f());
         for _ in 0..100 {
             r.post(&[(0x8000, 1, false)]);
@@ -782,7 +807,7 @@ fn used_batches_past_one_store_chunk_and_the_ring_end() {
         let mut slots = Vec::new();
         let mut at = 100u64;
         for k in 0..70u64 {
-            let descs = if two_descs { 1 + k % 2 } else { 1 };
+            let descs = if two_descs { 1 + k % 2 } else if one_of_two && k == 40 { 2 } else { 1 };
             let bufs: Vec<Buf> = (0..descs).map(|i| (0x8000 + 0x1000 * i, 1, !two_descs)).collect();
             r.post(&bufs);
             let chain = r.pop().unwrap().unwrap();

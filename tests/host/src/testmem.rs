@@ -55,6 +55,14 @@ impl GuestMemory for TestMem {
         let b = &self.buf.borrow()[r];
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
+    fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
+        if addr % 4 != 0 {
+            return Err(VringError::Fault);
+        }
+        let r = self.range(addr, 4)?;
+        let b = &self.buf.borrow()[r];
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
         if addr % 2 != 0 {
             return Err(VringError::Fault);
