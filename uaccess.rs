@@ -18,7 +18,7 @@ use core::{
 };
 use kernel::{
     bindings,
-    ffi::c_uint,
+    ffi::{c_int, c_uint},
     page::PAGE_SIZE,
     prelude::*,
     uaccess::{UserPtr, UserSlice},
@@ -28,6 +28,26 @@ use kernel::{
 pub(crate) fn user_limit() -> u64 {
     // SAFETY: Reads a constant of the running kernel.
     unsafe { shim::vnr_task_size_max() }
+}
+
+/// One naturally aligned load of a `T` (`u16` or `u32`) at the user
+/// address `addr` through the shim's `get` (`vnr_get_user_u16` or `_u32`):
+/// single-copy atomic.
+#[inline(always)]
+fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T) -> c_int) -> Result<T, VringError> {
+    if addr % core::mem::size_of::<T>() as u64 != 0 {
+        return Err(VringError::Fault);
+    }
+    let p = uptr(addr)?;
+    let mut val = T::default();
+    // SAFETY: `get` is one of the shim's loads of a `T`, whose user-access
+    // scope masks or checks the address itself and handles faults; `val`
+    // is a valid local to write to.
+    let ret = unsafe { get(p.as_const_ptr().cast(), &mut val) };
+    if ret != 0 {
+        return Err(VringError::Fault);
+    }
+    Ok(val)
 }
 
 /// The current task's user address space, as seen by a worker.
@@ -50,33 +70,11 @@ impl GuestMemory for OwnerMem {
     }
 
     fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
-        if addr % 2 != 0 {
-            return Err(VringError::Fault);
-        }
-        let p = uptr(addr)?;
-        let mut val = 0u16;
-        // SAFETY: the shim's user-access scope masks or checks the address
-        // itself and handles faults; `val` is a valid local to write to.
-        let ret = unsafe { shim::vnr_get_user_u16(p.as_const_ptr().cast(), &mut val) };
-        if ret != 0 {
-            return Err(VringError::Fault);
-        }
-        Ok(val)
+        load(addr, shim::vnr_get_user_u16)
     }
 
     fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
-        if addr % 4 != 0 {
-            return Err(VringError::Fault);
-        }
-        let p = uptr(addr)?;
-        let mut val = 0u32;
-        // SAFETY: the shim's user-access scope masks or checks the address
-        // itself and handles faults; `val` is a valid local to write to.
-        let ret = unsafe { shim::vnr_get_user_u32(p.as_const_ptr().cast(), &mut val) };
-        if ret != 0 {
-            return Err(VringError::Fault);
-        }
-        Ok(val)
+        load(addr, shim::vnr_get_user_u32)
     }
 
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {

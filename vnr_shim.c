@@ -117,39 +117,32 @@ static_assert(EPOLLRDNORM == 0x0040);
 static_assert(DEFAULT_POLLMASK == (0x0001 | 0x0004 | 0x0040 | 0x0100));
 
 /*
- * A ring index, flags word or num_buffers: one 16-bit access (single-copy
- * atomic at the 2-byte alignment the callers keep) in a user-access scope
- * inlined here, where get_user()/put_user() call the out-of-line
- * __get_user_2/__put_user_2 (9 instructions more per access,
- * scripts/profile --insns: one num_buffers store per RX packet).
+ * One load of a naturally aligned u16 or u32 (single-copy atomic at the
+ * alignment the callers keep) in a user-access scope inlined here, where
+ * get_user() calls the out-of-line __get_user_N (9 instructions more per
+ * access, scripts/profile --insns).
  */
-int vnr_get_user_u16(const u16 __user *uaddr, u16 *val)
-{
-	u16 got;
-
-	scoped_user_read_access_size(uaddr, 2, fault)
-		unsafe_get_user(got, uaddr, fault);
-	*val = got;
-	return 0;
-fault:
-	return -EFAULT;
+#define VNR_GET_USER(type)							\
+int vnr_get_user_##type(const type __user *uaddr, type *val)			\
+{										\
+	type got;								\
+										\
+	scoped_user_read_access_size(uaddr, sizeof(type), fault)		\
+		unsafe_get_user(got, uaddr, fault);				\
+	*val = got;								\
+	return 0;								\
+fault:										\
+	return -EFAULT;								\
 }
 
-/* A packed ring's event suppression area, offset and flags in one
- * single-copy-atomic load (as a Linux driver's virtqueue_kick_prepare_packed
- * reads the device's): one user access where two 16-bit loads took two. */
-int vnr_get_user_u32(const u32 __user *uaddr, u32 *val)
-{
-	u32 got;
+/* A ring index, flags word or num_buffers. */
+VNR_GET_USER(u16)
+/* A packed ring's event suppression area, offset and flags in one load (as
+ * a Linux driver's virtqueue_kick_prepare_packed reads the device's). */
+VNR_GET_USER(u32)
 
-	scoped_user_read_access_size(uaddr, 4, fault)
-		unsafe_get_user(got, uaddr, fault);
-	*val = got;
-	return 0;
-fault:
-	return -EFAULT;
-}
-
+/* A ring index, flags word or num_buffers (one num_buffers store per RX
+ * packet): as vnr_get_user_u16, where put_user() calls __put_user_2. */
 int vnr_put_user_u16(u16 __user *uaddr, u16 val)
 {
 	scoped_user_write_access_size(uaddr, 2, fault)
