@@ -104,39 +104,30 @@ fn used_entry(elem: &UsedElem, wrap: bool) -> [u8; 8] {
     LapFlags::of(wrap).entry(elem).to_ne_bytes()
 }
 
-/// The flags of the used descriptors written in one lap, placed where
-/// they go in the 8 bytes [`used_entry`] makes: once per run of a batch,
-/// not per descriptor.
+/// Where a used descriptor's flags go in the 8 bytes [`used_entry`] makes
+/// (length, id, flags, little-endian).
+const USED_FLAGS_SHIFT: u32 = 48;
+
+/// The flags of the used descriptors written in one lap, `AVAIL` and
+/// `USED` equal to its wrap counter, placed at [`USED_FLAGS_SHIFT`]: made
+/// once per run of a batch, not per descriptor.
 #[derive(Clone, Copy)]
-struct LapFlags {
-    /// Without `WRITE`: nothing written (length 0).
-    empty: u64,
-    /// With `WRITE`.
-    written: u64,
-}
+struct LapFlags(u64);
 
 impl LapFlags {
     fn of(wrap: bool) -> Self {
-        LapFlags { empty: u64::from(used_flags(wrap, 0)) << 48, written: u64::from(used_flags(wrap, 1)) << 48 }
+        let lap = if wrap { DESC_F_AVAIL | DESC_F_USED } else { 0 };
+        LapFlags(u64::from(lap) << USED_FLAGS_SHIFT)
     }
 
     /// [`used_entry`] as the value whose native bytes it is: what
-    /// [`GuestMemory::write_8_spaced`] stores.
+    /// [`GuestMemory::write_8_spaced`] stores. `WRITE` is set if the device
+    /// wrote `len > 0` bytes: a used descriptor's length means something
+    /// only with it (section 2.8.5). Its bit comes from the comparison,
+    /// without a branch.
     fn entry(self, elem: &UsedElem) -> u64 {
-        let flags = if elem.len > 0 { self.written } else { self.empty };
-        (u64::from(elem.len) | u64::from(elem.head) << 32 | flags).to_le()
-    }
-}
-
-/// The flags of a used descriptor written in the lap `wrap`, with
-/// `WRITE` if the device wrote `len > 0` bytes: a used descriptor's length
-/// means something only with it (section 2.8.5).
-fn used_flags(wrap: bool, len: u32) -> u16 {
-    let lap = if wrap { DESC_F_AVAIL | DESC_F_USED } else { 0 };
-    if len > 0 {
-        lap | DESC_F_WRITE
-    } else {
-        lap
+        let write = u64::from(elem.len != 0) * (u64::from(DESC_F_WRITE) << USED_FLAGS_SHIFT);
+        (u64::from(elem.len) | u64::from(elem.head) << 32 | self.0 | write).to_le()
     }
 }
 
@@ -570,7 +561,7 @@ impl PackedRing {
             let to_end = usize::from(self.num - at.index);
             let run = &rest[done..rest.len().min(done + USED_STORES.min(to_end))];
             let flags = LapFlags::of(at.wrap);
-            let staged = vals.fill(run.iter().take_while(|elem| elem.positions == 1).map(|elem| flags.entry(elem)));
+            let staged = vals.fill_while(run, |elem| elem.positions == 1, |elem| flags.entry(elem));
             mem.write_8_spaced(self.desc_addr(at.index) + DESC_LEN_OFFSET, DESC_SIZE, staged)?;
             // `staged.len() <= USED_STORES`, well inside a u16.
             at = at.advance(staged.len() as u16, self.num);
