@@ -108,6 +108,10 @@ struct h_vq {
 	uint16_t *p_chain;	/* per buffer id: ring entries of its chain, 0: not in flight */
 	uint16_t p_avail, p_used;	/* next avail and next used position */
 	bool p_avail_wrap, p_used_wrap;	/* the driver's wrap counters there */
+	/* The AVAIL and USED bits of those laps, kept with the counters: what
+	 * the driver writes into a descriptor it adds, and what it waits for
+	 * in a used one (a Linux driver's avail_used_flags). */
+	uint16_t p_avail_bits, p_used_bits;
 	uint16_t p_busy;	/* ring entries posted and not taken back */
 	uint16_t p_found;	/* used entries seen from p_used on, not taken */
 	uint16_t p_scan;	/* the position after them, and its wrap */
@@ -495,6 +499,8 @@ static inline void h_vq_layout(struct h_dev *d, int q, unsigned int num, uint16_
 		memset(v->p_chain, 0, sizeof(*v->p_chain) * num);
 		v->p_avail = v->p_used = v->p_scan = base % num;
 		v->p_avail_wrap = v->p_used_wrap = v->p_scan_wrap = !((base / num) & 1);
+		v->p_avail_bits = v->p_avail_wrap ? H_P_AVAIL : H_P_USED;
+		v->p_used_bits = v->p_used_wrap ? H_P_AVAIL | H_P_USED : 0;
 		v->p_busy = v->p_found = 0;
 	}
 }
@@ -934,6 +940,7 @@ static inline void h_packed_commit(struct h_vq *v, unsigned int k, uint16_t firs
 	if (v->p_avail >= v->num) {
 		v->p_avail -= v->num;
 		v->p_avail_wrap = !v->p_avail_wrap;
+		v->p_avail_bits ^= H_P_AVAIL | H_P_USED;
 	}
 	if (id < v->num)
 		v->p_chain[id] = k;
@@ -1055,8 +1062,7 @@ static inline void h_packed_want_used(struct h_dev *d, struct h_vq *v)
 static inline __attribute__((always_inline)) void h_packed_add_one(struct h_vq *v, uint16_t id, uint64_t addr,
 								  uint32_t len, uint16_t flags)
 {
-	uint16_t pos = v->p_avail, next = pos + 1;
-	bool wrap = v->p_avail_wrap;
+	uint16_t pos = v->p_avail, next = pos + 1, bits = v->p_avail_bits;
 	struct vring_packed_desc *pd = &v->pdesc[pos];
 
 	v->p_chain[id] = 1;
@@ -1064,13 +1070,14 @@ static inline __attribute__((always_inline)) void h_packed_add_one(struct h_vq *
 	v->avail_idx++;
 	if (next >= v->num) {
 		next = 0;
-		v->p_avail_wrap = !wrap;
+		v->p_avail_wrap = !v->p_avail_wrap;
+		v->p_avail_bits = bits ^ (H_P_AVAIL | H_P_USED);
 	}
 	v->p_avail = next;
 	pd->addr = addr;
 	pd->len = len;
 	pd->id = id;
-	__atomic_store_n(&pd->flags, h_p_avail_flags(flags, wrap), __ATOMIC_RELEASE);
+	__atomic_store_n(&pd->flags, (flags & ~(H_P_AVAIL | H_P_USED)) | bits, __ATOMIC_RELEASE);
 }
 
 /* The usual buffer, one direct descriptor whose id is free, is written
@@ -1139,6 +1146,7 @@ static inline __attribute__((always_inline)) bool h_packed_release(struct h_vq *
 	if (v->p_used >= v->num) {
 		v->p_used -= v->num;
 		v->p_used_wrap = !v->p_used_wrap;
+		v->p_used_bits ^= H_P_AVAIL | H_P_USED;
 	}
 	v->used_seen++;
 	return in_flight;
@@ -1361,7 +1369,7 @@ static inline __attribute__((always_inline)) bool h_next_used(struct h_dev *d, i
 		struct vring_packed_desc *pd = &v->pdesc[v->p_used];
 		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE), id;
 
-		if (!h_p_is_used(f, v->p_used_wrap))
+		if ((f & (H_P_AVAIL | H_P_USED)) != v->p_used_bits)
 			return false;
 		id = pd->id;
 		if (id < v->num && v->p_chain[id]) {
