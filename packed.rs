@@ -448,11 +448,11 @@ impl PackedRing {
     /// flags go out in one single-copy-atomic 8-byte store, so the driver
     /// sees it whole or not at all (the id and length are never behind the
     /// flags that expose them), the batch's rest in one user access per 32
-    /// chains (and one more where the batch wraps the ring, if every chain
-    /// took one position); the first element's goes last, so that the
-    /// driver, which looks at that one first, sees the whole batch at once.
-    /// A write that faults midway leaves the batch half visible: the ring
-    /// then stops ([`VringError::UsedWriteFailed`]).
+    /// chains (and one more where the batch wraps the ring, or where its
+    /// leading chains of one position each end); the first element's goes
+    /// last, so that the driver, which looks at that one first, sees the
+    /// whole batch at once. A write that faults leaves the batch unseen,
+    /// and the ring stops ([`VringError::UsedWriteFailed`]).
     pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
         &mut self,
         mem: &M,
