@@ -429,7 +429,10 @@ impl PackedRing {
         // (`count <= num - in_flight`, as `pop` checked), and positions taken
         // from `seen_ahead` leave the sum as it was.
         self.in_flight += count;
-        self.seen_ahead = self.seen_ahead.saturating_sub(count);
+        // Nearly always none were seen ahead: no store then.
+        if self.seen_ahead != 0 {
+            self.seen_ahead = self.seen_ahead.saturating_sub(count);
+        }
     }
 
     /// Puts back the last popped chains, which took `positions` positions
@@ -672,11 +675,18 @@ impl PackedRing {
     }
 
     /// Writes the device event area's flags, unless this ring wrote the same
-    /// value last: one user store fewer per run.
+    /// value last: one user store fewer per run. The check is inlined into
+    /// the callers, which nearly always find the flags written already (a
+    /// call per enable and disable, `scripts/profile --insns`).
+    #[inline(always)]
     fn set_device_flags<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
         if self.device_flags == Some(flags) {
             return Ok(());
         }
+        self.write_device_flags(mem, log, flags)
+    }
+
+    fn write_device_flags<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
         // Unknown until the write is done, should it fault.
         self.device_flags = None;
         mem.write_u16(self.device + EVENT_FLAGS_OFFSET, flags)?;
