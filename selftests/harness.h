@@ -114,8 +114,8 @@ struct h_vq {
 	uint16_t p_avail_bits, p_used_bits;
 	uint16_t p_busy;	/* ring entries posted and not taken back */
 	uint16_t p_found;	/* used entries seen from p_used on, not taken */
-	uint16_t p_scan;	/* the position after them, and its wrap */
-	bool p_scan_wrap;
+	uint16_t p_scan;	/* with some found, the position after them, */
+	bool p_scan_wrap;	/* and its wrap (with none, the scan starts at p_used) */
 	/*
 	 * Split ring with VIRTIO_F_IN_ORDER (h_opts.in_order). The device may
 	 * return a run of buffers with one used element, in the slot of the
@@ -1113,6 +1113,12 @@ static inline uint16_t h_packed_step(struct h_vq *v, uint16_t id)
  * ring entries alone hold what the driver wrote. */
 static inline uint16_t h_packed_pending(struct h_vq *v)
 {
+	/* With nothing found ahead, the scan starts at p_used, whatever a
+	 * misbehaving device did to the steps before. */
+	if (!v->p_found) {
+		v->p_scan = v->p_used;
+		v->p_scan_wrap = v->p_used_wrap;
+	}
 	while (v->p_found < (uint16_t)(v->avail_idx - v->used_seen)) {
 		struct vring_packed_desc *pd = &v->pdesc[v->p_scan];
 		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE);
@@ -1168,13 +1174,7 @@ static inline struct vring_used_elem h_packed_take(struct h_vq *v)
 	/* h_packed_pending said already if the id is not in flight. */
 	if (h_packed_release(v, id))
 		e.id = id;
-	/* With nothing found ahead, the scan stands at p_used, whatever a
-	 * misbehaving device did to the steps in between (h_next_used relies
-	 * on it). */
-	if (!--v->p_found) {
-		v->p_scan = v->p_used;
-		v->p_scan_wrap = v->p_used_wrap;
-	}
+	v->p_found--;
 	return e;
 }
 
@@ -1365,7 +1365,7 @@ static inline __attribute__((always_inline)) bool h_next_used(struct h_dev *d, i
 	struct h_vq *v = &d->vq[q];
 
 	if (d->packed && !v->p_found && v->avail_idx != v->used_seen) {
-		/* With nothing found, the scan stands at p_used. */
+		/* Nothing found ahead: the next used descriptor is at p_used. */
 		struct vring_packed_desc *pd = &v->pdesc[v->p_used];
 		uint16_t f = __atomic_load_n(&pd->flags, __ATOMIC_ACQUIRE), id;
 
@@ -1375,8 +1375,6 @@ static inline __attribute__((always_inline)) bool h_next_used(struct h_dev *d, i
 		if (id < v->num && v->p_chain[id]) {
 			*e = (struct vring_used_elem){ id, pd->len };
 			h_packed_release(v, id);
-			v->p_scan = v->p_used;
-			v->p_scan_wrap = v->p_used_wrap;
 			return true;
 		}
 	}
