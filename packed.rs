@@ -455,7 +455,11 @@ impl PackedRing {
     /// leading chains of one position each end); the first element's goes
     /// last, so that the driver, which looks at that one first, sees the
     /// whole batch at once. A write that faults leaves the batch unseen,
-    /// and the ring stops ([`VringError::UsedWriteFailed`]).
+    /// and the ring stops ([`VringError::UsedWriteFailed`]). A batch that
+    /// returns more positions than are in flight (a caller's bug) is
+    /// refused ([`VringError::BadUsed`]), also unseen: only the used
+    /// descriptors of its leading chains of one position may have been
+    /// written by then, at positions still in flight.
     pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
         &mut self,
         mem: &M,
@@ -686,6 +690,7 @@ impl PackedRing {
         self.write_device_flags(mem, log, flags)
     }
 
+    #[inline(never)]
     fn write_device_flags<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
         // Unknown until the write is done, should it fault.
         self.device_flags = None;

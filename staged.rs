@@ -2,7 +2,8 @@
 
 //! A stack buffer for the rings' used-entry batches that is filled without
 //! being cleared first: `core`-only, compiled into the host tests with the
-//! parsers. Its one `unsafe` block hands out the prefix the fill wrote.
+//! parsers. Its two `unsafe` blocks, one per fill, hand out the prefix the
+//! fill wrote.
 
 use core::mem::MaybeUninit;
 

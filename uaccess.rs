@@ -6,7 +6,9 @@
 //! address space is `current->mm` and ordinary user accesses reach it. Reads
 //! go through the C shim's inlined `_copy_from_user` ([`OwnerMem::read_into`]),
 //! bulk writes through the kernel's `UserSlice`; ring indices and flags go
-//! through the shim's `get_user`/`put_user`, which are single 16-bit accesses.
+//! through the shim's `get_user`/`put_user`, which are single 16-bit accesses
+//! (a packed ring's event area one 32-bit load), little-endian as virtio's
+//! rings are.
 
 use crate::compat;
 use crate::dirtylog::{LogBitmap, LogError};
@@ -31,18 +33,24 @@ pub(crate) fn user_limit() -> u64 {
 }
 
 /// One naturally aligned load of a `T` (`u16` or `u32`) at the user
-/// address `addr` through the shim's `get` (`vnr_get_user_u16` or `_u32`):
-/// single-copy atomic.
+/// address `addr` through the shim's `get`: single-copy atomic. The value
+/// as the memory holds it (little-endian on the targets the module builds
+/// for; the callers convert).
+///
+/// # Safety
+///
+/// `get` must be the shim's load of a `T` (`vnr_get_user_u16` for `u16`,
+/// `vnr_get_user_u32` for `u32`), which takes any user address: it masks
+/// or checks the address itself and handles faults.
 #[inline(always)]
-fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T) -> c_int) -> Result<T, VringError> {
+unsafe fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T) -> c_int) -> Result<T, VringError> {
     if addr % core::mem::size_of::<T>() as u64 != 0 {
         return Err(VringError::Fault);
     }
     let p = uptr(addr)?;
     let mut val = T::default();
-    // SAFETY: `get` is one of the shim's loads of a `T`, whose user-access
-    // scope masks or checks the address itself and handles faults; `val`
-    // is a valid local to write to.
+    // SAFETY: by the function's contract `get` loads a `T` from any user
+    // address safely; `val` is a valid local to write to.
     let ret = unsafe { get(p.as_const_ptr().cast(), &mut val) };
     if ret != 0 {
         return Err(VringError::Fault);
@@ -70,11 +78,13 @@ impl GuestMemory for OwnerMem {
     }
 
     fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
-        load(addr, shim::vnr_get_user_u16)
+        // SAFETY: the shim's load of a u16.
+        unsafe { load(addr, shim::vnr_get_user_u16) }.map(u16::from_le)
     }
 
     fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
-        load(addr, shim::vnr_get_user_u32)
+        // SAFETY: the shim's load of a u32.
+        unsafe { load(addr, shim::vnr_get_user_u32) }.map(u32::from_le)
     }
 
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
@@ -84,7 +94,7 @@ impl GuestMemory for OwnerMem {
         let p = uptr(addr)?;
         // SAFETY: the shim's user-access scope masks or checks the address
         // itself and handles faults.
-        let ret = unsafe { shim::vnr_put_user_u16(p.as_mut_ptr().cast(), val) };
+        let ret = unsafe { shim::vnr_put_user_u16(p.as_mut_ptr().cast(), val.to_le()) };
         if ret != 0 {
             return Err(VringError::Fault);
         }

@@ -138,13 +138,13 @@ pub(crate) trait GuestMemory {
     type Owner: GuestMemory;
     /// See [`GuestMemory::Owner`]: `self`, unless this memory translates.
     fn owner(&self) -> &Self::Owner;
-    /// One single-copy-atomic 16-bit load.
+    /// One single-copy-atomic 16-bit load of a little-endian value.
     fn read_u16(&self, addr: u64) -> Result<u16, VringError>;
-    /// One single-copy-atomic 32-bit load at a 4-byte-aligned `addr`: a
-    /// packed ring's event suppression area (offset and flags) as one
-    /// snapshot.
+    /// One single-copy-atomic 32-bit load of a little-endian value at a
+    /// 4-byte-aligned `addr`: a packed ring's event suppression area
+    /// (offset and flags) as one snapshot.
     fn read_u32(&self, addr: u64) -> Result<u32, VringError>;
-    /// One single-copy-atomic 16-bit store.
+    /// One single-copy-atomic 16-bit store of a little-endian value.
     fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError>;
     /// One single-copy-atomic store of the 8 bytes `bytes`, in that order,
     /// at an 8-byte-aligned `addr`: what a packed ring's used descriptor

@@ -900,8 +900,9 @@ static unsigned int missing(const uint8_t *bitmap, const uint8_t *want, uint64_t
 	return n;
 }
 
-/* Whether the device wrote its event position since mark_device() (it
- * does each time it asks to be kicked). */
+/* Whether the device wrote its event position since mark_device() (with
+ * EVENT_IDX, which these tests negotiate, it does each time it asks to be
+ * kicked). */
 static bool device_wrote(struct h_vq *v)
 {
 	return __atomic_load_n(&v->pdevice->off_wrap, __ATOMIC_ACQUIRE) != SENTINEL;

@@ -399,6 +399,28 @@ fn a_batch_returning_more_than_was_taken_stays_unseen() {
     for elem in &used {
         assert_eq!(r.driver.take_used(&r.mem), Some((elem.head, elem.len)));
     }
+
+    // 41 chains of one descriptor in flight, returned with the last one
+    // claiming three positions: the first 32 after the batch's first go
+    // out as a run of adjacent stores before that chain is reached. Still
+    // refused, still unseen, and the true batch goes out after it.
+    let mut r = rig(64, f());
+    let mut used = Vec::new();
+    for _ in 0..41 {
+        r.post(&[(0x8000, 1, false)]);
+        used.push(UsedElem::of(&r.pop().unwrap().unwrap(), 0));
+    }
+    let mut claimed = used.clone();
+    claimed[40].positions = 3;
+    r.mem.writes.borrow_mut().clear();
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(VringError::BadUsed));
+    assert!(!r.mem.writes.borrow().is_empty(), "the run before the chain of three was not written");
+    assert_eq!(r.driver.take_used(&r.mem), None);
+    r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
+    for elem in &used {
+        assert_eq!(r.driver.take_used(&r.mem), Some((elem.head, elem.len)));
+    }
+    assert_eq!(r.driver.take_used(&r.mem), None);
 }
 
 #[test]
