@@ -212,7 +212,7 @@ pub(crate) trait GuestMemory {
 /// of its area. Laid out as the shim's `struct vnr_store8` (12 bytes, the
 /// bytes at 4), which reads an array of them in place.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Store8 {
     pub(crate) offset: u32,
     pub(crate) bytes: [u8; 8],
