@@ -4,7 +4,7 @@
 //! userspace and the guest.
 
 use core::ptr::NonNull;
-use crate::file_poll::PollableFile;
+use crate::tap_glue::file_poll::PollableFile;
 use kernel::{bindings, error::from_err_ptr, fs::File, prelude::*, sync::aref::ARef};
 
 /// The eventfd file behind `fd`, for polling it (a kick); `-EBADF` or

@@ -6,7 +6,7 @@
 //! kicks, the tap for packets and for send space) and wakes a queue's
 //! [`Waker`] when the file signals one of the events it waits for.
 
-use crate::worker::Waker;
+use crate::tap_glue::worker::Waker;
 use core::{
     cell::Cell,
     ffi::c_void,
@@ -250,7 +250,7 @@ impl FilePoll {
             this.linked.set(true);
         }
         this.armed.store(true, Ordering::Relaxed);
-        crate::compat::smp_mb();
+        crate::tap_glue::compat::smp_mb();
     }
 }
 

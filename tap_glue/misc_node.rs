@@ -40,6 +40,8 @@ use kernel::{
 
 /// The misc minor of `/dev/vhost-net`, from `<linux/miscdevice.h>`.
 pub(crate) const VHOST_NET_MINOR: u32 = bindings::VHOST_NET_MINOR;
+/// Any free minor (`MISC_DYNAMIC_MINOR`).
+pub(crate) const DYNAMIC_MINOR: u32 = bindings::MISC_DYNAMIC_MINOR;
 
 /// A misc device whose files can be polled.
 pub(crate) trait PollableDevice: MiscDevice {
@@ -216,7 +218,7 @@ impl<T: PollableDevice> MiscNode<T> {
                 // which open files hold off through the owner set here).
                 unsafe {
                     let mut fops = core::ptr::read(misc.fops);
-                    crate::compat::own_fops(&mut fops);
+                    crate::tap_glue::compat::own_fops(&mut fops);
                     fops.poll = Some(poll_fn::<T>);
                     (&raw mut (*slot).fops).write(fops);
                     misc.fops = &raw const (*slot).fops;

@@ -10,9 +10,9 @@
 //! (a packed ring's event area one 32-bit load), little-endian as virtio's
 //! rings are.
 
-use crate::compat;
-use crate::dirtylog::{LogBitmap, LogError};
-use crate::shim;
+use crate::tap_glue::compat;
+use crate::vring::dirty_log::{LogBitmap, LogError};
+use crate::tap_glue::shim;
 use crate::vring::{GuestMemory, Store8, VringError};
 use core::{
     mem::MaybeUninit,

@@ -25,7 +25,7 @@
 //! pointer type in this kernel, and these are plain flags and counters with
 //! the orderings written at each use.
 
-use crate::shim;
+use crate::tap_glue::shim;
 use core::{
     ffi::c_void,
     ptr::NonNull,
@@ -325,7 +325,7 @@ impl<T: Work> Drop for Worker<T> {
     fn drop(&mut self) {
         self.work.waker().task.store(core::ptr::null_mut(), Ordering::SeqCst);
         // Every wake that saw the pointer has returned after this.
-        crate::compat::synchronize_rcu();
+        crate::tap_glue::compat::synchronize_rcu();
         match &self.thread {
             // SAFETY: Started in `start`, stopped only here. This waits for
             // the task to leave `worker_fn`, after which `work` is no longer

@@ -9,7 +9,7 @@
 //! The C driver keeps one table per device and lets a worker read it under
 //! its own queue's mutex, because an update takes every queue's mutex
 //! (`vhost_dev_lock_vqs`). Here each queue keeps its own copy inside its
-//! lock ([`crate::virtqueue::VqState`]), and a `write()` applies every
+//! lock ([`crate::vhost::virtqueue::VqState`]), and a `write()` applies every
 //! message to each copy in turn, under that queue's lock. The copies see
 //! the same messages in the same order, so they hold the same mappings;
 //! a worker translates without any lock but its own; and a `write()` that
@@ -28,8 +28,8 @@
 //! The channel's lock comes last: after the device's state and after a
 //! queue's lock (a worker posts with its queue locked).
 
-use crate::iotlb::{Iotlb, Mapping, Miss, Misses, UpdateError};
-use crate::misc_node::{PollQueue, PollWait};
+use crate::vring::iotlb::{Iotlb, Mapping, Miss, Misses, UpdateError};
+use crate::tap_glue::misc_node::{PollQueue, PollWait};
 use kernel::{
     alloc::KVVec,
     new_condvar, new_mutex,
@@ -37,8 +37,12 @@ use kernel::{
     sync::{Arc, CondVar, Mutex},
 };
 
-/// The queues of a device, as the channel counts them.
-pub(crate) const QUEUES: usize = 2;
+/// Where a queue posts its device IOTLB misses: the channel of its device,
+/// whatever the device's number of queues.
+pub(crate) trait PostMiss: Send + Sync {
+    /// Queue `queue` missed; returns whether the miss is new.
+    fn post(&self, queue: usize, miss: Miss) -> bool;
+}
 
 /// One queue's copy of the device IOTLB, its storage allocated once at
 /// the table's full size.
@@ -68,8 +72,8 @@ pub(crate) enum MessageError {
 }
 
 /// What the channel's lock protects.
-struct ChannelState {
-    misses: Misses<QUEUES>,
+struct ChannelState<const N: usize> {
+    misses: Misses<N>,
     /// The device has an IOTLB (`ACCESS_PLATFORM` acked): a blocking
     /// `read()` without one fails (`-EBADFD`), as in C.
     enabled: bool,
@@ -78,7 +82,7 @@ struct ChannelState {
     batch: Option<u64>,
 }
 
-/// The misses of a device's queues, on their way to userspace.
+/// The misses of a device's `N` queues, on their way to userspace.
 ///
 /// # Invariants
 ///
@@ -87,9 +91,9 @@ struct ChannelState {
 /// The channel belongs to one device (its queues share it) and is dropped
 /// with it, at the release of the device's file, as `pollers` requires.
 #[pin_data]
-pub(crate) struct MissChannel {
+pub(crate) struct MissChannel<const N: usize> {
     #[pin]
-    state: Mutex<ChannelState>,
+    state: Mutex<ChannelState<N>>,
     #[pin]
     readers: CondVar,
     #[pin]
@@ -106,7 +110,7 @@ pub(crate) enum ReadOutcome {
     NoIotlb,
 }
 
-impl MissChannel {
+impl<const N: usize> MissChannel<N> {
     /// The channel of one device, to be shared by its queues only.
     pub(crate) fn new() -> Result<Arc<Self>> {
         Arc::pin_init(
@@ -127,15 +131,6 @@ impl MissChannel {
         self.pollers.wake();
     }
 
-    /// Queue `queue` missed: the miss is readable, unless the queue has
-    /// one outstanding already. Returns whether it is new.
-    pub(crate) fn post(&self, queue: usize, miss: Miss) -> bool {
-        let posted = self.state.lock().misses.post(queue, miss);
-        if posted {
-            self.notify();
-        }
-        posted
-    }
 
     /// `read()`: the oldest unread miss; waits for one unless `nonblock`.
     /// `Err(ERESTARTSYS)` if a signal came first.
@@ -210,5 +205,16 @@ impl MissChannel {
     pub(crate) fn poll(&self, wait: &PollWait<'_>) -> bool {
         wait.register(&self.pollers);
         self.state.lock().misses.readable()
+    }
+}
+
+impl<const N: usize> PostMiss for MissChannel<N> {
+    /// The miss is readable, unless the queue has one outstanding already.
+    fn post(&self, queue: usize, miss: Miss) -> bool {
+        let posted = self.state.lock().misses.post(queue, miss);
+        if posted {
+            self.notify();
+        }
+        posted
     }
 }

@@ -18,7 +18,7 @@
 //! Everything here is arithmetic on addresses from userspace and lengths
 //! from the guest, so every sum is checked.
 
-use crate::memory::{Region, TranslateError};
+use crate::vring::mem_table::{Region, TranslateError};
 
 /// `VHOST_PAGE_SIZE`: the guest bytes one bit of the log stands for. It is
 /// part of the ABI (QEMU's `VHOST_LOG_PAGE`), not the host's page size.

@@ -24,7 +24,7 @@
 //! of the table is the caller's (a `KVec` in the module, a `Vec` on the
 //! host), allocated once at its full size.
 
-use crate::memory::{Access, Segment, Translate, TranslateError};
+use crate::vring::mem_table::{Access, Segment, Translate, TranslateError};
 use crate::vring::{read_16_flags_first, GuestMemory, VringError};
 use core::cell::Cell;
 use core::ops::DerefMut;

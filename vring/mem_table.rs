@@ -70,7 +70,7 @@ pub(crate) enum TranslateError {
 /// An address space that the guest's buffer addresses are translated
 /// through into the owner's: the memory table (guest-physical addresses,
 /// `[Region]`) or, with `VIRTIO_F_ACCESS_PLATFORM`, the device IOTLB (I/O
-/// virtual addresses, `crate::iotlb::Iotlb`). The ring parsers see both
+/// virtual addresses, `crate::vring::iotlb::Iotlb`). The ring parsers see both
 /// the same way.
 pub(crate) trait Translate {
     /// Calls `f` for each contiguous piece of `[addr, addr + len)`, in

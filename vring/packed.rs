@@ -25,9 +25,9 @@
 //! (section 2.8.21), and its event flags with 16-bit stores. The driver's
 //! event area it reads whole, in one single-copy-atomic 32-bit load.
 
-use crate::dirtylog::{LogError, WriteLog};
-use crate::memory::Translate;
-use crate::staged::Staged;
+use crate::vring::dirty_log::{LogError, WriteLog};
+use crate::vring::mem_table::Translate;
+use crate::vring::staged::Staged;
 use crate::vring::{
     positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, RingFeatures, RingLayout,
     Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,

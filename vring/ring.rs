@@ -8,9 +8,9 @@
 //! Like the parsers it wraps, this file uses only `core` and is compiled
 //! into the host tests.
 
-use crate::dirtylog::WriteLog;
-use crate::memory::Translate;
-use crate::packed::PackedRing;
+use crate::vring::dirty_log::WriteLog;
+use crate::vring::mem_table::Translate;
+use crate::vring::packed::PackedRing;
 use crate::vring::{Chain, GuestMemory, Iov, RingFeatures, UsedElem, Vring, VringError};
 
 /// A running ring of either format.

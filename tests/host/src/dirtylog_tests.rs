@@ -1,7 +1,7 @@
 //! The dirty log's arithmetic: which bits a write sets, and which bitmaps
 //! the C driver's access checks accept.
-use crate::dirtylog::{DirtyLog, LogBitmap, LogError, LOG_PAGE_SIZE};
-use crate::memory::Region;
+use crate::vring::dirty_log::{DirtyLog, LogBitmap, LogError, LOG_PAGE_SIZE};
+use crate::vring::mem_table::Region;
 use std::cell::RefCell;
 
 const LIMIT: u64 = 0x7fff_ffff_f000; // x86-64 TASK_SIZE_MAX

@@ -16,11 +16,11 @@
 //! Every accepted chain must stay inside guest memory and the iov array.
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
 use arbitrary::Arbitrary;
-use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
-use crate::memory::{validate, Region};
+use crate::vring::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
+use crate::vring::mem_table::{validate, Region};
 
-use crate::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED, FRESH_BASE};
-use crate::ring::Ring;
+use crate::vring::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED, FRESH_BASE};
+use crate::vring::ring::Ring;
 use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 

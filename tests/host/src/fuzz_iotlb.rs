@@ -6,8 +6,8 @@
 //! `fuzz/fuzz_targets/iotlb.rs` (cargo fuzz).
 use arbitrary::Arbitrary;
 
-use crate::iotlb::*;
-use crate::memory::Access;
+use crate::vring::iotlb::*;
+use crate::vring::mem_table::Access;
 use crate::iotlb_model::*;
 
 #[derive(Arbitrary, Debug)]

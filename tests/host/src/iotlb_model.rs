@@ -2,8 +2,8 @@
 //! (`drivers/vhost/iotlb.c`, `vhost.c`) without the table's sorting and
 //! `reach`: the random tests and the `iotlb` fuzz target check
 //! `iotlb::Iotlb` against it operation by operation.
-use crate::iotlb::*;
-use crate::memory::{Access, Segment, Translate, TranslateError};
+use crate::vring::iotlb::*;
+use crate::vring::mem_table::{Access, Segment, Translate, TranslateError};
 
 pub(crate) const USER_LIMIT: u64 = 1 << 47;
 

@@ -1,5 +1,5 @@
-use crate::iotlb::*;
-use crate::memory::{Access, Segment, TranslateError};
+use crate::vring::iotlb::*;
+use crate::vring::mem_table::{Access, Segment, TranslateError};
 use crate::iotlb_model::*;
 use crate::random_tests::Rng;
 
@@ -256,7 +256,7 @@ fn translated_memory_maps_ring_accesses() {
 
 #[test]
 fn log_aliases_of_owner_memory() {
-    use crate::memory::{for_each_alias, validate, Region};
+    use crate::vring::mem_table::{for_each_alias, validate, Region};
     let mut regions = vec![
         Region::new(0x0, 0x10000, 0x7000_0000, USER_LIMIT).unwrap(),
         // An alias of the first region's second half.

@@ -1,4 +1,4 @@
-use crate::memory::*;
+use crate::vring::mem_table::*;
 
 const LIMIT: u64 = 1 << 47;
 

@@ -1,9 +1,9 @@
 //! The packed ring against a mock driver that follows the virtio spec
 //! (section 2.8) as Linux's `virtio_ring.c` does: wrap counters, chains,
 //! indirect tables, buffer ids, event suppression.
-use crate::memory::{validate, Region};
-use crate::packed::*;
-use crate::ring::{Ring, RingBase};
+use crate::vring::mem_table::{validate, Region};
+use crate::vring::packed::*;
+use crate::vring::ring::{Ring, RingBase};
 use crate::testmem::{Marks, NoLog, TestMem};
 use crate::vring::*;
 use std::collections::HashMap;
@@ -704,8 +704,8 @@ fn one_sequence_on_both_formats() {
 /// read-only mapping refused.
 #[test]
 fn pops_through_the_device_iotlb() {
-    use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
-    use crate::memory::{Access, TranslateError};
+    use crate::vring::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
+    use crate::vring::mem_table::{Access, TranslateError};
     const IOVA: u64 = 0x1_0000_0000;
     let mut r = rig(8, f());
     let mut tlb = Iotlb::new(vec![Mapping::default(); 8]);
@@ -737,7 +737,7 @@ fn pops_through_the_device_iotlb() {
 /// table (the IOTLB maps each guest address to the same owner byte).
 #[test]
 fn ring_parts_through_the_device_iotlb() {
-    use crate::iotlb::{Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
+    use crate::vring::iotlb::{Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
     let mut r = rig(64, f());
     let mut tlb = Iotlb::new(vec![Mapping::default(); 8]);
     tlb.update(0, MEM as u64, BASE, ACCESS_RO | ACCESS_WO, 1 << 47).unwrap();

@@ -7,7 +7,7 @@
 //!
 //! Compare builds by running it several times each, interleaved: single
 //! runs spread by a third on the 2-core test machine.
-use crate::memory::{validate, Region};
+use crate::vring::mem_table::{validate, Region};
 use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
@@ -54,7 +54,7 @@ fn parse_bench() {
 #[test]
 #[ignore]
 fn parse_bench_iotlb() {
-    use crate::iotlb::{Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
+    use crate::vring::iotlb::{Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
     const ACCESS_RW: u8 = ACCESS_RO | ACCESS_WO;
     const BASE: u64 = 0x10_0000;
     const IOVA: u64 = 0x8000_0000;

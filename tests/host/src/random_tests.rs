@@ -1,8 +1,8 @@
 //! Randomized ring states against the parser: whatever the guest writes,
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
-use crate::iotlb::{access_bits, Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
-use crate::memory::{validate, Region, TranslateError};
+use crate::vring::iotlb::{access_bits, Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
+use crate::vring::mem_table::{validate, Region, TranslateError};
 
 use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
@@ -271,7 +271,7 @@ fn hundred_thousand_random_ring_states() {
 /// checking the same invariants as the split states. Returns the number
 /// of chains popped.
 pub fn one_packed_state(seed: u64) -> usize {
-    use crate::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED};
+    use crate::vring::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED};
     let mut r = Rng(seed | 1);
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![

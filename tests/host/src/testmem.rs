@@ -100,8 +100,8 @@ impl GuestMemory for TestMem {
 /// A run with logging off: what the module passes when no log is set.
 pub struct NoLog;
 
-impl crate::dirtylog::WriteLog for NoLog {
-    fn mark(&self, _gpa: u64, _len: u64) -> Result<(), crate::dirtylog::LogError> {
+impl crate::vring::dirty_log::WriteLog for NoLog {
+    fn mark(&self, _gpa: u64, _len: u64) -> Result<(), crate::vring::dirty_log::LogError> {
         Ok(())
     }
 }
@@ -110,8 +110,8 @@ impl crate::dirtylog::WriteLog for NoLog {
 #[derive(Default)]
 pub struct Marks(pub RefCell<Vec<(u64, u64)>>);
 
-impl crate::dirtylog::WriteLog for Marks {
-    fn mark(&self, gpa: u64, len: u64) -> Result<(), crate::dirtylog::LogError> {
+impl crate::vring::dirty_log::WriteLog for Marks {
+    fn mark(&self, gpa: u64, len: u64) -> Result<(), crate::vring::dirty_log::LogError> {
         self.0.borrow_mut().push((gpa, len));
         Ok(())
     }

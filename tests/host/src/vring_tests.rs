@@ -1,6 +1,7 @@
-use crate::memory::{validate, Region};
+use crate::vring::mem_table::{validate, Region};
 
 use crate::testmem::{Marks, NoLog, TestMem};
+use crate::vring::split::{need_event, AVAIL_F_NO_INTERRUPT};
 use crate::vring::*;
 
 const BASE: u64 = 0x10_0000; // owner address of guest-physical 0
@@ -446,8 +447,8 @@ fn in_order_fault_publishes_nothing() {
 /// mapped, the chain is the same as through the memory table.
 #[test]
 fn pops_through_the_device_iotlb() {
-    use crate::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
-    use crate::memory::{Access, TranslateError};
+    use crate::vring::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
+    use crate::vring::mem_table::{Access, TranslateError};
     const IOVA: u64 = 0xfee0_0000;
     let mut r = rig(8, f());
     let mut tlb = Iotlb::new(vec![Mapping::default(); 4]);

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Virtio-net (C's `drivers/vhost/net.c`): the device and its data path,
+//! guest TX ring to tap ([`tx::TxQueue`]), tap to guest RX ring
+//! ([`rx::RxQueue`]).
+//!
+//! Both run in their queue's worker with the queue's lock held, do at most
+//! a weight of work per run (so one busy queue cannot monopolise its
+//! worker), batch used-ring updates, and signal the guest only when its
+//! notification-suppression state asks for it. Each per-packet step returns
+//! a typed outcome; a malformed ring is the only error, and it stops the
+//! queue.
+//!
+//! - [`device`]: the misc device, its ioctls and `VHOST_NET_SET_BACKEND`;
+//! - [`tx`] and [`rx`]: the two backends of the queue pair;
+//! - [`datapath`]: what they share.
+
+pub(crate) mod datapath;
+pub(crate) mod device;
+pub(crate) mod rx;
+pub(crate) mod tx;
+
+use crate::vring::MAX_SEGMENTS;
+
+/// The queues of a device: vq 0 receives, vq 1 transmits.
+pub(crate) const RX_INDEX: u32 = 0;
+pub(crate) const TX_INDEX: u32 = 1;
+/// The number of queues of a device.
+pub(crate) const QUEUES: usize = 2;
+
+/// Most used elements gathered before one `used->idx` update.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// Most RX buffers one packet may be merged over: as many as it has iov
+/// segments, like the C driver's `UIO_MAXIOV`, so that a 64 KB GSO frame
+/// fits even in 512-byte mergeable buffers (129 of them).
+pub(crate) const MAX_RX_HEADS: usize = MAX_SEGMENTS;

@@ -1,0 +1,274 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A run of the data path: the running ring the backend borrows
+//! ([`ActiveRing`]), the dirty log of one run ([`RunLog`]), and what a run
+//! that ends early does (a device IOTLB miss is posted, anything else fails
+//! the ring).
+
+use crate::vhost::device_iotlb::QueueIotlb;
+use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
+use crate::tap_glue::eventfd::EventFd;
+
+use crate::vring::iotlb::{self, Miss, Translated};
+use crate::vring::mem_table::{self, Access, Region, Translate, TranslateError};
+use crate::vring::packed::PackedRing;
+use crate::vring::ring::Ring;
+use crate::tap_glue::uaccess::{OwnerBitmap, OwnerMem};
+use crate::vhost::uapi::{bit, feature};
+use crate::vring::{GuestMemory, Iov, RingFeatures, UsedElem, Vring, VringError};
+use crate::tap_glue::worker::{should_stop_polling, Waker};
+use core::cell::Cell;
+use kernel::{prelude::*, time::{Instant, Monotonic}, sync::Arc};
+use super::*;
+
+/// A running ring, borrowed by the data path for one run.
+pub(crate) struct ActiveRing<'a, B: Backend> {
+    pub(crate) ring: &'a mut Ring,
+    pub(crate) mem: &'a MemTable,
+    pub(crate) backend: &'a mut B,
+    pub(crate) scratch: &'a mut B::Scratch,
+    pub(crate) iov: &'a mut [Iov],
+    pub(crate) heads: &'a mut [UsedElem],
+    pub(crate) stats: &'a mut Stats,
+    pub(crate) features: u64,
+    /// The device IOTLB that the ring's and the buffers' addresses go
+    /// through, or `None` for the memory table.
+    pub(crate) iotlb: Option<&'a QueueIotlb>,
+    pub(crate) waker: &'a Arc<Waker>,
+    pub(super) call: Option<&'a EventFd>,
+    pub(super) busyloop_timeout: u32,
+    pub(crate) log: RunLog<'a>,
+}
+
+/// The dirty log as one run of the data path sees it.
+///
+/// Every write the device makes to guest memory goes through one of
+/// [`Ring`]'s methods or [`ActiveRing::log_written`], and each of them
+/// marks its pages here, then has userspace told with [`RunLog::flush`].
+pub(crate) struct RunLog<'a> {
+    log: DirtyLog,
+    /// With the device IOTLB, the addresses given to [`WriteLog::mark`]
+    /// are I/O virtual: they are translated to the owner's, then to every
+    /// guest-physical range backed by that memory (C's `log_write_hva`).
+    iova: Option<(&'a QueueIotlb, &'a [Region])>,
+    eventfd: Option<&'a EventFd>,
+    /// `VHOST_F_LOG_ALL`: the data the device writes is logged (the used
+    /// ring's writes follow `VHOST_VRING_F_LOG`, inside [`Ring`]).
+    data: bool,
+    /// Bits were set since the eventfd was last signalled.
+    marked: Cell<bool>,
+}
+
+impl WriteLog for RunLog<'_> {
+    fn mark(&self, addr: u64, len: u64) -> Result<(), LogError> {
+        match self.iova {
+            None => self.log.mark(&OwnerBitmap, addr, len)?,
+            Some((iotlb, regions)) => iotlb.for_each_piece(addr, len, Access::Write, |piece| {
+                mem_table::for_each_alias(regions, piece.uaddr, piece.len, |gpa, n| {
+                    self.log.mark(&OwnerBitmap, gpa, n)
+                })
+            })?,
+        }
+        self.marked.set(true);
+        Ok(())
+    }
+}
+
+impl<'a> RunLog<'a> {
+    pub(super) fn new(
+        log: DirtyLog,
+        eventfd: Option<&'a EventFd>,
+        features: u64,
+        iova: Option<(&'a QueueIotlb, &'a [Region])>,
+    ) -> Self {
+        Self { log, iova, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
+    }
+
+    /// Tells userspace that the log has new bits, once per batch of
+    /// writes (C signals its `log_ctx` after each `log_used` or
+    /// `vhost_log_write` that succeeded).
+    pub(crate) fn flush(&self) {
+        if self.marked.replace(false) {
+            if let Some(eventfd) = self.eventfd {
+                eventfd.signal();
+            }
+        }
+    }
+}
+
+impl<B: Backend> ActiveRing<'_, B> {
+    /// Publishes `heads[..count]` and signals the guest if it wants to be.
+    /// `mem` is the ring's memory: the owner's, or with the device IOTLB
+    /// the owner's seen through it.
+    pub(crate) fn publish<M: GuestMemory>(&mut self, mem: &M, count: usize) -> Result<(), VringError> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.ring.add_used(mem, &self.log, &self.heads[..count])?;
+        self.log.flush();
+        if self.ring.should_notify(mem)? {
+            if let Some(call) = self.call {
+                call.signal();
+                self.stats.calls += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The ring is empty: asks the guest to kick again. Returns true if
+    /// buffers arrived meanwhile; notifications are then off again and the
+    /// caller goes on (charging the retry to its weight).
+    pub(crate) fn wait_for_kick<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+        let more = self.ring.enable_notify(mem, &self.log)?;
+        if more {
+            self.ring.disable_notify(mem, &self.log)?;
+        }
+        self.log.flush();
+        Ok(more)
+    }
+
+    /// Busy-polls for up to the queue's `VHOST_SET_VRING_BUSYLOOP_TIMEOUT`
+    /// microseconds until `ready` finds work, instead of going to sleep and
+    /// paying for a wakeup (C's `vhost_net_busy_poll`). Returns true if it
+    /// found some. It gives up early when the scheduler wants the CPU or a
+    /// signal is pending; with a timeout of 0 (the default) it does not
+    /// poll at all.
+    pub(crate) fn busy_poll(
+        &mut self,
+        mut ready: impl FnMut(&mut Self) -> Result<bool, VringError>,
+    ) -> Result<bool, VringError> {
+        if self.busyloop_timeout == 0 {
+            return Ok(false);
+        }
+        let start = Instant::<Monotonic>::now();
+        loop {
+            if ready(self)? {
+                return Ok(true);
+            }
+            if should_stop_polling() || start.elapsed().as_micros_ceil() >= i64::from(self.busyloop_timeout) {
+                return Ok(false);
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// After a run that faulted on the owner's memory: asks the guest to
+    /// kick again, so that the queue tries again at its next kick, not
+    /// never. While it runs, a packed ring with event-idx has `DISABLE` in
+    /// its device area ([`PackedRing::disable_notify`]). Best effort: the
+    /// memory may fault again, and then the queue waits for userspace.
+    pub(crate) fn ask_for_kick(&mut self) {
+        let asked = match self.iotlb {
+            None => self.ring.enable_notify(&OwnerMem, &self.log),
+            Some(iotlb) => self.ring.enable_notify(&Translated::new(&OwnerMem, iotlb), &self.log),
+        };
+        let _faulted_again: Result<bool, VringError> = asked;
+        self.log.flush();
+    }
+
+    /// Asks the guest not to kick while this run polls the ring
+    /// (`vhost_disable_notify`).
+    pub(crate) fn disable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<(), VringError> {
+        self.ring.disable_notify(mem, &self.log)?;
+        self.log.flush();
+        Ok(())
+    }
+
+    pub(crate) fn has_feature(&self, bit_nr: u32) -> bool {
+        self.features & bit(bit_nr) != 0
+    }
+
+    /// Logs that the device wrote the first `len` bytes of the buffers
+    /// `iov`, with `VHOST_F_LOG_ALL` (C's `vhost_log_write`), once the
+    /// writes are visible. As in C, a log that cannot be written (the owner
+    /// unmapped it after it was checked) does not stop the queue. Inlined
+    /// for the check alone: every RX packet passes here, logging or not.
+    #[inline]
+    pub(crate) fn log_written(&self, iov: &[Iov], len: u64) {
+        if self.log.data {
+            self.log_written_on(iov, len);
+        }
+    }
+
+    fn log_written_on(&self, iov: &[Iov], len: u64) {
+        OwnerMem.wmb();
+        let mut rest = len;
+        for seg in iov {
+            if rest == 0 {
+                break;
+            }
+            let n = core::cmp::min(seg.len, rest);
+            if self.log.mark(seg.gpa, n).is_err() {
+                // C returns here, without signalling.
+                return;
+            }
+            rest -= n;
+        }
+        self.log.flush();
+    }
+}
+
+pub(super) fn ring_features(features: u64) -> RingFeatures {
+    RingFeatures {
+        event_idx: features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0,
+        indirect: features & bit(feature::VIRTIO_RING_F_INDIRECT_DESC) != 0,
+        notify_on_empty: features & bit(feature::VIRTIO_F_NOTIFY_ON_EMPTY) != 0,
+        in_order: features & bit(feature::VIRTIO_F_IN_ORDER) != 0,
+    }
+}
+
+impl<B: Backend> VqState<B> {
+    /// One run of the data path, if the ring runs.
+    pub(super) fn service(&mut self) -> bool {
+        if let Err(err) = self.check_ring_mapped() {
+            self.stopped_by(err);
+            return false;
+        }
+        // Borrowed where `active()` built it: bound by value, the 160-byte
+        // ring view was copied on every run.
+        let mut active = self.active();
+        let Some(active) = active.as_mut() else { return false };
+        match B::run(active) {
+            Ok(more) => more,
+            Err(err) => {
+                self.stopped_by(err);
+                false
+            }
+        }
+    }
+
+    /// A run ended on `err`: a device IOTLB miss is posted for userspace,
+    /// anything else is a failure ([`VqState::fail`]).
+    fn stopped_by(&mut self, err: VringError) {
+        if err != VringError::IotlbMiss {
+            self.fail(err);
+            return;
+        }
+        let fault = self.iotlb.as_ref().and_then(|iotlb| iotlb.last_fault());
+        if let Some(TranslateError::Miss { iova, access }) = fault {
+            let miss = Miss { iova, access, format: self.iotlb_format };
+            if self.channel.post(self.index as usize, miss) {
+                self.stats.iotlb_misses += 1;
+            }
+        }
+    }
+
+    /// With the device IOTLB, whether the running ring's parts are mapped
+    /// for what the device does with them, before a run touches them (C's
+    /// `vq_meta_prefetch`): the run then cannot stop halfway through
+    /// publishing used entries for a miss. The descriptors of a packed
+    /// ring are written too (used entries go there).
+    fn check_ring_mapped(&self) -> Result<(), VringError> {
+        let (Some(iotlb), Some(addr), Some(ring)) = (&self.iotlb, self.addr, &self.ring) else { return Ok(()) };
+        let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
+        let (desc, driver, device) =
+            if ring.is_packed() { PackedRing::sizes(self.num) } else { Vring::sizes(self.num, event_idx) };
+        iotlb::check_range(iotlb, addr.desc, desc, Access::Read)?;
+        if ring.is_packed() {
+            iotlb::check_range(iotlb, addr.desc, desc, Access::Write)?;
+        }
+        iotlb::check_range(iotlb, addr.avail, driver, Access::Read)?;
+        iotlb::check_range(iotlb, addr.used, device, Access::Write)?;
+        Ok(())
+    }
+}
