@@ -110,7 +110,7 @@ pub(super) fn write_iov<M: GuestMemory>(mem: &M, iov: &[Iov], offset: u64, data:
 /// through [`write_iov`], whose copy goes through the kernel's out-of-line
 /// `copy_to_user`: too much for two bytes of every RX packet.
 #[inline]
-pub(super) fn write_num_buffers(iov: &[Iov], num_buffers: u16) -> Result<(), VringError> {
+pub(super) fn write_num_buffers(owner: &OwnerMem, iov: &[Iov], num_buffers: u16) -> Result<(), VringError> {
     let offset = VirtioNetHdr::NUM_BUFFERS_OFFSET as u64;
     let bytes = num_buffers.to_le_bytes();
     if let Some(first) = iov.first() {
@@ -118,10 +118,10 @@ pub(super) fn write_num_buffers(iov: &[Iov], num_buffers: u16) -> Result<(), Vri
         // lies inside it.
         if first.len >= offset + 2 && (first.addr + offset) % 2 == 0 {
             // A native store of the bytes' native value writes them in order.
-            return OwnerMem.write_u16(first.addr + offset, u16::from_ne_bytes(bytes));
+            return owner.write_u16(first.addr + offset, u16::from_ne_bytes(bytes));
         }
     }
-    write_iov(&OwnerMem, iov, offset, &bytes)
+    write_iov(owner, iov, offset, &bytes)
 }
 
 /// A user iovec array of `MAX_SEGMENTS` entries.

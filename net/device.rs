@@ -17,7 +17,7 @@ use crate::tap_glue::misc_node::{MiscNode, PollWait, PollableDevice, DYNAMIC_MIN
 use crate::vring::mem_table::Region;
 use crate::net::{rx::RxQueue, tx::TxQueue, QUEUES, RX_INDEX, TX_INDEX};
 use crate::vhost::uapi::*;
-use crate::tap_glue::uaccess::user_limit;
+use crate::tap_glue::uaccess::{user_limit, OwnerMem};
 use crate::vhost::virtqueue::{MemTable, VirtQueue};
 use crate::tap_glue::worker::Worker;
 use crate::vhost::dev::{mem_errno, queue_ioctl, read_arg, write_arg, DevState, Limits};
@@ -342,12 +342,12 @@ impl VhostNet {
     }
 
     /// The vring ioctls: each works on one queue, under its lock.
-    fn vring_ioctl(&self, cmd: u32, arg: usize) -> Result<isize> {
+    fn vring_ioctl(&self, cmd: u32, arg: usize, owner: &OwnerMem) -> Result<isize> {
         // The vq index leads every vring ioctl argument; out of range is
         // -ENOBUFS, as in the C driver.
         match read_arg::<u32>(arg)? {
-            RX_INDEX => queue_ioctl(&self.rx, RX_INDEX, cmd, arg, RxQueue::new),
-            TX_INDEX => queue_ioctl(&self.tx, TX_INDEX, cmd, arg, TxQueue::new),
+            RX_INDEX => queue_ioctl(&self.rx, RX_INDEX, cmd, arg, RxQueue::new, owner),
+            TX_INDEX => queue_ioctl(&self.tx, TX_INDEX, cmd, arg, TxQueue::new, owner),
             _ => Err(enobufs()),
         }
     }
@@ -391,12 +391,12 @@ impl VhostNet {
             }
             _ => {}
         }
-        st.check_owner()?;
+        let owner = st.check_owner()?;
         match cmd {
             VHOST_SET_MEM_TABLE => self.set_mem_table(&mut st, arg),
             VHOST_SET_LOG_BASE => self.set_log_base(arg),
             VHOST_SET_LOG_FD => self.set_log_fd(arg),
-            _ => self.vring_ioctl(cmd, arg),
+            _ => self.vring_ioctl(cmd, arg, &owner),
         }
     }
 }

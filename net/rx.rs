@@ -4,13 +4,13 @@
 //! queue's worker with the queue's lock held (C's `handle_rx`).
 
 use crate::tap_glue::file_poll::{FilePoll, POLLIN};
-use crate::vring::iotlb::Translated;
+
 use crate::vring::mem_table::Translate;
 use crate::tap_glue::rx_batch::{Received, RxBatch};
 use crate::tap_glue::tap::{TapSocket, UserIov};
 
-use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::uapi::{feature, VirtioNetHdr};
+use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::net::{MAX_BATCH, MAX_RX_HEADS};
 use crate::vring::{positions, GuestMemory, UsedElem, VringError};
@@ -220,9 +220,9 @@ fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
         let written = if hdr.vhost > 0 {
             let header =
                 VirtioNetHdr { num_buffers: if set_num_buffers { num_buffers } else { 0 }, ..Default::default() };
-            write_iov(&OwnerMem, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
+            write_iov(active.owner, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
         } else if set_num_buffers {
-            write_num_buffers(&active.iov[..segs], num_buffers)
+            write_num_buffers(active.owner, &active.iov[..segs], num_buffers)
         } else {
             Ok(())
         };
@@ -265,10 +265,14 @@ impl Backend for RxQueue {
     }
 
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
-        let table = active.mem;
-        match active.iotlb {
-            None => handle_rx(active, &OwnerMem, &table[..]),
-            Some(iotlb) => handle_rx(active, &Translated::new(&OwnerMem, iotlb), iotlb),
+        struct Run<'r, 'a>(&'r mut ActiveRing<'a, RxQueue>);
+        impl OnRingMemory for Run<'_, '_> {
+            type Output = Result<bool, VringError>;
+            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
+                handle_rx(self.0, mem, translate)
+            }
         }
+        let (owner, table, iotlb) = (active.owner, active.mem, active.iotlb);
+        with_ring_memory(owner, table, iotlb, Run(active))
     }
 }

@@ -4,13 +4,14 @@
 //! queue's worker with the queue's lock held (C's `handle_tx`).
 
 use crate::tap_glue::file_poll::{FilePoll, POLLOUT};
-use crate::vring::iotlb::Translated;
+
 use crate::vring::mem_table::Translate;
 
 use crate::tap_glue::tap::{SendError, TapSocket, UserIov};
 use crate::tap_glue::tx_batch::{BatchSent, Batched, TxBatch};
 use crate::tap_glue::uaccess::OwnerMem;
 
+use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::net::MAX_BATCH;
 use crate::vring::{Chain, GuestMemory, Iov, UsedElem, VringError};
@@ -96,6 +97,7 @@ enum TxStep {
 /// per-packet code is in `handle_tx_copy` (`scripts/profile --insns`).
 #[inline(always)]
 fn tx_one(
+    owner: &OwnerMem,
     sock: &TapSocket,
     scratch: &mut TxScratch,
     iov: &[Iov],
@@ -118,7 +120,7 @@ fn tx_one(
         if scratch.batch.is_full() {
             scratch.send_batch(sock, tally);
         }
-        match scratch.batch.add(readable, vhost_hlen, len, hdr.sock, headroom) {
+        match scratch.batch.add(owner, readable, vhost_hlen, len, hdr.sock, headroom) {
             // Counted as sent when the batch goes.
             Batched::Added => return Ok(TxStep::Consumed { len }),
             Batched::Malformed => {
@@ -189,7 +191,7 @@ fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
             }
             Err(err) => break Err(err),
         };
-        match tx_one(&active.backend.sock, active.scratch, active.iov, &chain, hdr, batch_headroom, &mut tally) {
+        match tx_one(active.owner, &active.backend.sock, active.scratch, active.iov, &chain, hdr, batch_headroom, &mut tally) {
             Ok(TxStep::Consumed { len }) => {
                 active.heads[pending] = UsedElem::of(&chain, 0);
                 pending += 1;
@@ -244,10 +246,14 @@ impl Backend for TxQueue {
     }
 
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
-        let table = active.mem;
-        match active.iotlb {
-            None => handle_tx(active, &OwnerMem, &table[..]),
-            Some(iotlb) => handle_tx(active, &Translated::new(&OwnerMem, iotlb), iotlb),
+        struct Run<'r, 'a>(&'r mut ActiveRing<'a, TxQueue>);
+        impl OnRingMemory for Run<'_, '_> {
+            type Output = Result<bool, VringError>;
+            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
+                handle_tx(self.0, mem, translate)
+            }
         }
+        let (owner, table, iotlb) = (active.owner, active.mem, active.iotlb);
+        with_ring_memory(owner, table, iotlb, Run(active))
     }
 }

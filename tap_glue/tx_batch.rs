@@ -119,7 +119,7 @@ impl TxBatch {
     /// into the TX loop, as `net::tx_one` is: a call per packet with six
     /// arguments was its own prologue and register shuffle.
     #[inline(always)]
-    pub(crate) fn add(&mut self, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, headroom: usize) -> Batched {
+    pub(crate) fn add(&mut self, owner: &OwnerMem, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, headroom: usize) -> Batched {
         if self.is_full() {
             return Batched::Full;
         }
@@ -145,7 +145,7 @@ impl TxBatch {
             )
         };
         let Some(buf) = NonNull::new(buf.cast::<u8>()) else { return Batched::NoMemory };
-        if Self::fill(buf, iov, skip, len, sock_hlen, pad).is_err() {
+        if Self::fill(owner, buf, iov, skip, len, sock_hlen, pad).is_err() {
             // SAFETY: `buf` came from `__page_frag_alloc_align`.
             unsafe { bindings::page_frag_free(buf.as_ptr().cast()) };
             return Batched::Malformed;
@@ -168,7 +168,7 @@ impl TxBatch {
     /// `skip` bytes. Only writes go through `buf`: the fragment is
     /// uninitialised memory, so no reference to it is made.
     #[inline(always)]
-    fn fill(buf: NonNull<u8>, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, pad: usize) -> Result {
+    fn fill(owner: &OwnerMem, buf: NonNull<u8>, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, pad: usize) -> Result {
         let hdr_at = pad - sock_hlen;
         let mut off = hdr_at;
         let end = hdr_at + len;
@@ -182,7 +182,7 @@ impl TxBatch {
             // SAFETY: `off + n <= end <= buflen`: the range is inside the
             // fragment, which is ours; `read_into` writes it without reading.
             let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_ptr().add(off).cast(), n) };
-            OwnerMem.read_into(seg.addr, dst)?;
+            owner.read_into(seg.addr, dst)?;
             off += n;
         }
         if off != end {

@@ -10,6 +10,8 @@
 //! (a packed ring's event area one 32-bit load), little-endian as virtio's
 //! rings are.
 
+use core::marker::PhantomData;
+use kernel::mm::Mm;
 use crate::tap_glue::compat;
 use crate::vring::dirty_log::{LogBitmap, LogError};
 use crate::tap_glue::shim;
@@ -58,13 +60,20 @@ unsafe fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T
     Ok(val)
 }
 
-/// The current task's user address space, as seen by a worker.
+/// The capability to reach the device owner's memory with user accesses:
+/// the current task's address space is the owner's.
+///
+/// Only two places can make one: [`OwnerMem::of_owner`], which checks it
+/// (the owner's ioctls), and [`OwnerMem::assume`], for the workers, which
+/// run in the owner's address space by construction. It is neither `Send`
+/// nor `Sync`, so it cannot reach another task.
 ///
 /// # Invariants
 ///
-/// Only used from a task whose `mm` is the ring owner's (a vhost_task of the
-/// owner, or the owner itself during an ioctl).
-pub(crate) struct OwnerMem;
+/// While it exists, the current task's `mm` is the owner's.
+pub(crate) struct OwnerMem {
+    _not_send: PhantomData<*const ()>,
+}
 
 fn uptr(addr: u64) -> Result<UserPtr, VringError> {
     usize::try_from(addr).map(UserPtr::from_addr).map_err(|_| VringError::Fault)
@@ -223,6 +232,34 @@ impl GuestMemory for OwnerMem {
 }
 
 impl OwnerMem {
+    /// The capability, if the current task's address space is `owner`.
+    pub(crate) fn of_owner(owner: &Mm) -> Option<Self> {
+        let current = kernel::current!();
+        // INVARIANT: The current task's `mm` is `owner`; the value cannot
+        // leave this task (it is not `Send`).
+        match current.mm() {
+            Some(mm) if mm.as_raw() == owner.as_raw() => Some(Self { _not_send: PhantomData }),
+            _ => None,
+        }
+    }
+
+    /// The capability, in a task that runs in the owner's address space.
+    ///
+    /// # Safety
+    ///
+    /// The current task's `mm` is the owner's, and stays so while the value
+    /// exists: a vhost_task of the owner, or a kthread between
+    /// `kthread_use_mm` of the owner's `mm` and its unuse.
+    pub(crate) unsafe fn assume() -> Self {
+        // INVARIANT: The caller guarantees it.
+        Self { _not_send: PhantomData }
+    }
+
+    /// The dirty-log bitmap in the owner's memory.
+    pub(crate) fn bitmap(&self) -> OwnerBitmap<'_> {
+        OwnerBitmap { _owner: self }
+    }
+
     /// Copies `dst.len()` bytes from the owner's address `addr` into `dst`,
     /// with the C shim's inlined `_copy_from_user`: the TX path's packet
     /// copy, and [`GuestMemory::read`]'s, where the `UserSlice` path costs
@@ -246,14 +283,14 @@ impl OwnerMem {
 
 /// The dirty-log bitmap, in the owner's memory (`VHOST_SET_LOG_BASE`).
 ///
-/// # Invariants
-///
-/// As for [`OwnerMem`]: only used from a task whose `mm` is the owner's.
+/// Reached through the owner's [`OwnerMem`], whose invariant it relies on.
 /// [`LogBitmap::set_bit`] checks that the task has an `mm` at all, since
 /// the pinning it does would dereference a null one.
-pub(crate) struct OwnerBitmap;
+pub(crate) struct OwnerBitmap<'a> {
+    _owner: &'a OwnerMem,
+}
 
-impl LogBitmap for OwnerBitmap {
+impl LogBitmap for OwnerBitmap<'_> {
     /// Sets the bit as C's `set_bit_to_user` does: the page is pinned for
     /// writing (faulting it in if need be), mapped, and bit
     /// `offset * 8 + bit` of the page set with one atomic OR on its

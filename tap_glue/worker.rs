@@ -25,6 +25,7 @@
 //! pointer type in this kernel, and these are plain flags and counters with
 //! the orderings written at each use.
 
+use crate::tap_glue::uaccess::OwnerMem;
 use crate::tap_glue::shim;
 use core::{
     ffi::c_void,
@@ -132,10 +133,11 @@ pub(crate) fn should_stop_polling() -> bool {
 pub(crate) trait Work: Send + Sync {
     /// The waker whose pending flag starts a run.
     fn waker(&self) -> &Waker;
-    /// Processes pending work. Called in the worker, in process context.
-    /// Returns true if work remains (the weight ran out): the worker then
-    /// runs again after a chance to reschedule.
-    fn run(&self) -> bool;
+    /// Processes pending work. Called in the worker, in process context,
+    /// in the owner's address space (`owner`). Returns true if work remains
+    /// (the weight ran out): the worker then runs again after a chance to
+    /// reschedule.
+    fn run(&self, owner: &OwnerMem) -> bool;
 }
 
 /// The thread of a [`Worker`].
@@ -186,7 +188,10 @@ unsafe extern "C" fn worker_fn<T: Work>(arg: *mut c_void) -> bool {
     // there is no work; there is, and it may sleep on locks and faults.
     // SAFETY: Sets the current task's own state, as the C helper does.
     unsafe { shim::vnr_set_current_running() };
-    if work.run() {
+    // SAFETY: A vhost_task is a thread of the owner's process: its `mm` is
+    // the owner's for as long as it runs.
+    let owner = unsafe { OwnerMem::assume() };
+    if work.run(&owner) {
         // The weight ran out: requeue, and let the scheduler in before the
         // next run, as C's vhost_run_work_list does between works.
         work.waker().wake();
@@ -239,7 +244,10 @@ unsafe extern "C" fn kthread_fn<T: Work>(arg: *mut c_void) -> c_int {
         }
         // SAFETY: As above.
         unsafe { shim::vnr_set_current_running() };
-        if args.work.run() {
+        // SAFETY: Between `kthread_use_mm` of the owner's `mm` above and
+        // its unuse below.
+        let owner = unsafe { OwnerMem::assume() };
+        if args.work.run(&owner) {
             args.work.waker().wake();
             // SAFETY: Process context, no locks held.
             unsafe { shim::vnr_cond_resched() };

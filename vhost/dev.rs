@@ -14,6 +14,7 @@ use crate::vring::mem_table::MemError;
 use crate::vhost::uapi::*;
 
 use crate::tap_glue::tap;
+use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::{Backend, VirtQueue};
 
 /// The upper bound of `max_mem_regions`: QEMU's largest memory-slot count
@@ -124,13 +125,11 @@ impl<W> DevState<W> {
         E2BIG
     }
 
-    /// `-EPERM` unless the calling task shares the owner's address space.
-    pub(crate) fn check_owner(&self) -> Result {
-        let current = kernel::current!();
-        match (&self.owner, current.mm()) {
-            (Some(owner), Some(mm)) if owner.as_raw() == mm.as_raw() => Ok(()),
-            _ => Err(EPERM),
-        }
+    /// The capability to reach the owner's memory, or `-EPERM` unless the
+    /// calling task shares the owner's address space (C's
+    /// `vhost_dev_check_owner`).
+    pub(crate) fn check_owner(&self) -> Result<OwnerMem> {
+        self.owner.as_deref().and_then(OwnerMem::of_owner).ok_or(EPERM)
     }
 }
 
@@ -165,6 +164,7 @@ pub(crate) fn queue_ioctl<B: Backend>(
     cmd: u32,
     arg: usize,
     attach: impl FnOnce(ARef<File>) -> Result<B>,
+    owner: &OwnerMem,
 ) -> Result<isize> {
     let mut queue = vq.lock();
     match cmd {
@@ -218,7 +218,7 @@ pub(crate) fn queue_ioctl<B: Backend>(
                     Some(attach(file)?)
                 }
             };
-            queue.set_backend(backend)?;
+            queue.set_backend(backend, owner)?;
         }
         _ => return Err(ENOTTY),
     }

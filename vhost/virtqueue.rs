@@ -41,6 +41,7 @@
 //! lock, and the channel's to post a miss. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
+use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::device_iotlb::{PostMiss, QueueIotlb};
 use crate::vring::dirty_log::DirtyLog;
 use crate::tap_glue::eventfd::EventFd;
@@ -56,7 +57,7 @@ use crate::vring::{Iov, UsedElem, Vring, VringError};
 mod config;
 mod run;
 
-pub(crate) use run::{ActiveRing, RunLog};
+pub(crate) use run::{with_ring_memory, ActiveRing, OnRingMemory, RunLog};
 
 use crate::tap_glue::worker::{Waker, Work};
 
@@ -236,7 +237,7 @@ impl<B: Backend> Work for VirtQueue<B> {
         &self.waker
     }
 
-    fn run(&self) -> bool {
-        self.state.lock().service()
+    fn run(&self, owner: &OwnerMem) -> bool {
+        self.state.lock().service(owner)
     }
 }

@@ -10,7 +10,7 @@ use crate::vhost::device_iotlb::{MessageError, PostMiss, QueueIotlb};
 use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
 use crate::tap_glue::eventfd::EventFd;
 use crate::tap_glue::file_poll::{FilePoll, PollableFile, POLLIN};
-use crate::vring::iotlb::{self, Translated};
+use crate::vring::iotlb::{self};
 use crate::vring::mem_table::{self};
 use crate::vring::packed::{self, PackedRing};
 use crate::vring::ring::{Ring, RingBase};
@@ -21,6 +21,7 @@ use crate::tap_glue::worker::Waker;
 
 use kernel::{fs::File, prelude::*, seq_file::SeqFile, seq_print, sync::Arc};
 use super::*;
+use crate::vring::mem_table::Translate;
 use super::run::ring_features;
 
 impl<B: Backend> VqState<B> {
@@ -213,14 +214,14 @@ impl<B: Backend> VqState<B> {
     /// attached and running (the C driver's `err_used`). The old backend is
     /// released here, under the lock, before the worker can use the new
     /// one: packets it had taken off the tap go back in order.
-    pub(crate) fn set_backend(&mut self, backend: Option<B>) -> Result {
+    pub(crate) fn set_backend(&mut self, backend: Option<B>, owner: &OwnerMem) -> Result {
         let mut backend = backend;
         let used_idx = match backend.as_mut() {
             Some(new) => {
                 // C writes the used flags of a ring it has no address for
                 // at address 0, and faults.
                 let addr = self.addr.ok_or(EFAULT)?;
-                let used_idx = self.init_access(&addr)?;
+                let used_idx = self.init_access(&addr, owner)?;
                 new.enable(&self.waker)?;
                 used_idx
             }
@@ -390,18 +391,25 @@ impl<B: Backend> VqState<B> {
     /// With the device IOTLB the ring's addresses are translated: userspace
     /// maps the used ring first (QEMU does), and the driver's part is not
     /// probed, as C does not (QEMU maps only the used ring ahead).
-    fn init_access(&self, addr: &RingAddr) -> Result<u16> {
+    fn init_access(&self, addr: &RingAddr, owner: &OwnerMem) -> Result<u16> {
+        struct InitAccess<'r, B: Backend>(&'r VqState<B>, &'r RingAddr, &'r OwnerMem);
+        impl<B: Backend> OnRingMemory for InitAccess<'_, B> {
+            type Output = Result<u16>;
+            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
+                self.0.init_access_in(mem, self.1, self.2)
+            }
+        }
         if !self.addr_ok(addr) {
             return Err(EFAULT);
         }
-        match &self.iotlb {
-            None => self.init_access_in(&OwnerMem, addr, true),
-            Some(iotlb) => self.init_access_in(&Translated::new(&OwnerMem, iotlb), addr, false),
-        }
+        let table = self.mem.as_deref().map_or(&[][..], |table| &table[..]);
+        with_ring_memory(owner, table, self.iotlb.as_ref(), InitAccess(self, addr, owner))
     }
 
     /// [`VqState::init_access`] through the ring memory `mem`.
-    fn init_access_in<M: GuestMemory>(&self, mem: &M, addr: &RingAddr, probe_driver: bool) -> Result<u16> {
+    fn init_access_in<M: GuestMemory>(&self, mem: &M, addr: &RingAddr, owner: &OwnerMem) -> Result<u16> {
+        // With the device IOTLB the driver's part is not probed (see above).
+        let probe_driver = self.iotlb.is_none();
         let packed = self.packed();
         // The device's flags are reset; a field of the driver's part is
         // read to check it is reachable.
@@ -412,7 +420,7 @@ impl<B: Backend> VqState<B> {
         };
         mem.write_u16(device_flags, 0).map_err(|_| EFAULT)?;
         if let Some(used_log) = self.used_log_of(addr) {
-            let log = self.run_log();
+            let log = self.run_log(owner);
             mem.wmb();
             // As on the data path, a log the owner unmapped does not fail
             // the attach.
@@ -531,9 +539,10 @@ impl<B: Backend> VqState<B> {
 
     /// The running ring and what the data path needs with it, or `None`
     /// if the queue is not running.
-    pub(crate) fn active(&mut self) -> Option<ActiveRing<'_, B>> {
+    pub(crate) fn active<'a>(&'a mut self, owner: &'a OwnerMem) -> Option<ActiveRing<'a, B>> {
         let (ring, mem, backend) = (self.ring.as_mut()?, self.mem.as_deref()?, self.backend.as_mut()?);
         Some(ActiveRing {
+            owner,
             ring,
             mem,
             backend,
@@ -547,6 +556,7 @@ impl<B: Backend> VqState<B> {
             call: self.call.as_ref(),
             busyloop_timeout: self.busyloop_timeout,
             log: RunLog::new(
+                owner,
                 self.log,
                 self.log_eventfd.as_deref(),
                 self.features,
@@ -556,12 +566,12 @@ impl<B: Backend> VqState<B> {
     }
 
     /// The log as a run of the data path would see it.
-    fn run_log(&self) -> RunLog<'_> {
+    fn run_log<'a>(&'a self, owner: &'a OwnerMem) -> RunLog<'a> {
         let iova = match (&self.iotlb, self.mem.as_deref()) {
             (Some(iotlb), Some(mem)) => Some((iotlb, &mem[..])),
             _ => None,
         };
-        RunLog::new(self.log, self.log_eventfd.as_deref(), self.features, iova)
+        RunLog::new(owner, self.log, self.log_eventfd.as_deref(), self.features, iova)
     }
 
     /// Reports an error of the data path: error eventfd, counter, one debug
@@ -576,11 +586,11 @@ impl<B: Backend> VqState<B> {
             eventfd.signal();
         }
         pr_debug!("vhost-net-rs: vq {}: {:?}\n", self.index, err);
+        // A fault asks the guest for a kick instead, in the run that met
+        // it (`VqState::stopped_by`): only a run has the owner's memory.
         if err != VringError::Fault {
             self.stop();
             self.broken = true;
-        } else if let Some(mut active) = self.active() {
-            active.ask_for_kick();
         }
     }
 

@@ -13,7 +13,7 @@ use crate::vring::iotlb::{self, Miss, Translated};
 use crate::vring::mem_table::{self, Access, Region, Translate, TranslateError};
 use crate::vring::packed::PackedRing;
 use crate::vring::ring::Ring;
-use crate::tap_glue::uaccess::{OwnerBitmap, OwnerMem};
+use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::uapi::{bit, feature};
 use crate::vring::{GuestMemory, Iov, RingFeatures, UsedElem, Vring, VringError};
 use crate::tap_glue::worker::{should_stop_polling, Waker};
@@ -21,8 +21,36 @@ use core::cell::Cell;
 use kernel::{prelude::*, time::{Instant, Monotonic}, sync::Arc};
 use super::*;
 
+/// Code that runs on a ring's memory, whichever it is: see
+/// [`with_ring_memory`].
+pub(crate) trait OnRingMemory {
+    /// What the code returns.
+    type Output;
+    /// Runs with the ring's memory `mem`, whose addresses `translate`
+    /// translates to the owner's.
+    fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> Self::Output;
+}
+
+/// Runs `f` on the ring's memory: the owner's, with the memory table
+/// `table`, or with the device IOTLB `iotlb`, the owner's seen through it
+/// (every address an I/O virtual one).
+pub(crate) fn with_ring_memory<F: OnRingMemory>(
+    owner: &OwnerMem,
+    table: &[Region],
+    iotlb: Option<&QueueIotlb>,
+    f: F,
+) -> F::Output {
+    match iotlb {
+        None => f.run(owner, table),
+        Some(iotlb) => f.run(&Translated::new(owner, iotlb), iotlb),
+    }
+}
+
 /// A running ring, borrowed by the data path for one run.
 pub(crate) struct ActiveRing<'a, B: Backend> {
+    /// The capability to reach the owner's memory: runs happen in the
+    /// worker, in the owner's address space.
+    pub(crate) owner: &'a OwnerMem,
     pub(crate) ring: &'a mut Ring,
     pub(crate) mem: &'a MemTable,
     pub(crate) backend: &'a mut B,
@@ -46,6 +74,7 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
 /// [`Ring`]'s methods or [`ActiveRing::log_written`], and each of them
 /// marks its pages here, then has userspace told with [`RunLog::flush`].
 pub(crate) struct RunLog<'a> {
+    owner: &'a OwnerMem,
     log: DirtyLog,
     /// With the device IOTLB, the addresses given to [`WriteLog::mark`]
     /// are I/O virtual: they are translated to the owner's, then to every
@@ -62,10 +91,10 @@ pub(crate) struct RunLog<'a> {
 impl WriteLog for RunLog<'_> {
     fn mark(&self, addr: u64, len: u64) -> Result<(), LogError> {
         match self.iova {
-            None => self.log.mark(&OwnerBitmap, addr, len)?,
+            None => self.log.mark(&self.owner.bitmap(), addr, len)?,
             Some((iotlb, regions)) => iotlb.for_each_piece(addr, len, Access::Write, |piece| {
                 mem_table::for_each_alias(regions, piece.uaddr, piece.len, |gpa, n| {
-                    self.log.mark(&OwnerBitmap, gpa, n)
+                    self.log.mark(&self.owner.bitmap(), gpa, n)
                 })
             })?,
         }
@@ -76,12 +105,13 @@ impl WriteLog for RunLog<'_> {
 
 impl<'a> RunLog<'a> {
     pub(super) fn new(
+        owner: &'a OwnerMem,
         log: DirtyLog,
         eventfd: Option<&'a EventFd>,
         features: u64,
         iova: Option<(&'a QueueIotlb, &'a [Region])>,
     ) -> Self {
-        Self { log, iova, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
+        Self { owner, log, iova, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
     }
 
     /// Tells userspace that the log has new bits, once per batch of
@@ -158,11 +188,14 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// its device area ([`PackedRing::disable_notify`]). Best effort: the
     /// memory may fault again, and then the queue waits for userspace.
     pub(crate) fn ask_for_kick(&mut self) {
-        let asked = match self.iotlb {
-            None => self.ring.enable_notify(&OwnerMem, &self.log),
-            Some(iotlb) => self.ring.enable_notify(&Translated::new(&OwnerMem, iotlb), &self.log),
-        };
-        let _faulted_again: Result<bool, VringError> = asked;
+        struct EnableNotify<'r>(&'r mut Ring, &'r RunLog<'r>);
+        impl OnRingMemory for EnableNotify<'_> {
+            type Output = Result<bool, VringError>;
+            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
+                self.0.enable_notify(mem, self.1)
+            }
+        }
+        let _faulted_again = with_ring_memory(self.owner, self.mem, self.iotlb, EnableNotify(self.ring, &self.log));
         self.log.flush();
     }
 
@@ -191,7 +224,7 @@ impl<B: Backend> ActiveRing<'_, B> {
     }
 
     fn log_written_on(&self, iov: &[Iov], len: u64) {
-        OwnerMem.wmb();
+        self.owner.wmb();
         let mut rest = len;
         for seg in iov {
             if rest == 0 {
@@ -219,19 +252,19 @@ pub(super) fn ring_features(features: u64) -> RingFeatures {
 
 impl<B: Backend> VqState<B> {
     /// One run of the data path, if the ring runs.
-    pub(super) fn service(&mut self) -> bool {
+    pub(super) fn service(&mut self, owner: &OwnerMem) -> bool {
         if let Err(err) = self.check_ring_mapped() {
-            self.stopped_by(err);
+            self.stopped_by(err, owner);
             return false;
         }
         // Borrowed where `active()` built it: bound by value, the 160-byte
         // ring view was copied on every run.
-        let mut active = self.active();
+        let mut active = self.active(owner);
         let Some(active) = active.as_mut() else { return false };
         match B::run(active) {
             Ok(more) => more,
             Err(err) => {
-                self.stopped_by(err);
+                self.stopped_by(err, owner);
                 false
             }
         }
@@ -239,9 +272,14 @@ impl<B: Backend> VqState<B> {
 
     /// A run ended on `err`: a device IOTLB miss is posted for userspace,
     /// anything else is a failure ([`VqState::fail`]).
-    fn stopped_by(&mut self, err: VringError) {
+    fn stopped_by(&mut self, err: VringError, owner: &OwnerMem) {
         if err != VringError::IotlbMiss {
             self.fail(err);
+            if err == VringError::Fault {
+                if let Some(mut active) = self.active(owner) {
+                    active.ask_for_kick();
+                }
+            }
             return;
         }
         let fault = self.iotlb.as_ref().and_then(|iotlb| iotlb.last_fault());
