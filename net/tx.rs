@@ -91,8 +91,16 @@ enum TxStep {
     Retry,
 }
 
+/// How the packets of one run are framed for the tap.
+#[derive(Clone, Copy)]
+struct TxFormat {
+    hdr: HeaderLens,
+    /// The headroom of a batched packet, if the tap takes batches.
+    batch_headroom: Option<usize>,
+}
+
 /// Sends the packet of `chain` (whose readable segments are in `iov`) to
-/// `sock`: batched if `batch_headroom` says the tap takes batches
+/// `sock`: batched if `format.batch_headroom` says the tap takes batches
 /// ([`TapSocket::batch_headroom`]). Inlined into the TX loop, as C's
 /// per-packet code is in `handle_tx_copy` (`scripts/profile --insns`).
 #[inline(always)]
@@ -102,13 +110,13 @@ fn tx_one(
     scratch: &mut TxScratch,
     iov: &[Iov],
     chain: &Chain,
-    hdr: HeaderLens,
-    batch_headroom: Option<usize>,
+    format: TxFormat,
     tally: &mut TxTally,
 ) -> Result<TxStep, VringError> {
     if chain.inn != 0 {
         return Err(VringError::WrongDirection);
     }
+    let TxFormat { hdr, batch_headroom } = format;
     let vhost_hlen = hdr.vhost as u64;
     if chain.out_len < vhost_hlen {
         return Err(VringError::ShortPacket);
@@ -164,7 +172,7 @@ fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
     let mut weight = Weight::default();
     let mut pending = 0usize;
     let mut tally = TxTally::default();
-    let batch_headroom = active.backend.sock.batch_headroom();
+    let format = TxFormat { hdr, batch_headroom: active.backend.sock.batch_headroom() };
     // This run sends until the tap or the ring is exhausted: no wakeups
     // from either meanwhile (vhost_net_disable_vq, vhost_disable_notify).
     active.backend.space = None;
@@ -191,7 +199,7 @@ fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
             }
             Err(err) => break Err(err),
         };
-        match tx_one(active.owner, &active.backend.sock, active.scratch, active.iov, &chain, hdr, batch_headroom, &mut tally) {
+        match tx_one(active.owner, &active.backend.sock, active.scratch, active.iov, &chain, format, &mut tally) {
             Ok(TxStep::Consumed { len }) => {
                 active.heads[pending] = UsedElem::of(&chain, 0);
                 pending += 1;
