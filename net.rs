@@ -20,6 +20,7 @@ pub(crate) mod device;
 pub(crate) mod rx;
 pub(crate) mod tx;
 
+use crate::vring::features::{bit, mask, Features};
 use crate::vring::MAX_SEGMENTS;
 
 /// The queues of a device: vq 0 receives, vq 1 transmits.
@@ -35,3 +36,30 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// segments, like the C driver's `UIO_MAXIOV`, so that a 64 KB GSO frame
 /// fits even in 512-byte mergeable buffers (129 of them).
 pub(crate) const MAX_RX_HEADS: usize = MAX_SEGMENTS;
+
+/// The virtio features this driver really implements. Nothing is offered
+/// before its data path exists and is tested. The packed ring is, though
+/// the C driver never had it.
+pub(crate) const NET_FEATURES: Features = Features::from_bits(
+    mask(bit::VHOST_NET_F_VIRTIO_NET_HDR)
+    | mask(bit::VIRTIO_NET_F_MRG_RXBUF)
+    | mask(bit::VIRTIO_RING_F_INDIRECT_DESC)
+    | mask(bit::VIRTIO_RING_F_EVENT_IDX)
+    | mask(bit::VIRTIO_F_NOTIFY_ON_EMPTY)
+    | mask(bit::VIRTIO_F_ANY_LAYOUT)
+    | mask(bit::VIRTIO_F_VERSION_1)
+    // The packed virtqueue (`vring/packed.rs`), dirty logging included.
+    | mask(bit::VIRTIO_F_RING_PACKED)
+    // Every queue uses buffers in the order they came (TX and RX both take
+    // and return chains in ring order); a split ring then returns a run of
+    // them with one used element (`Vring::add_used`).
+    | mask(bit::VIRTIO_F_IN_ORDER)
+    // A queue reset is the driver stopping and restarting one queue through
+    // the vring ioctls while the other runs, which every queue supports.
+    | mask(bit::VIRTIO_F_RING_RESET)
+    // Dirty-page logging for live migration (`vring/dirty_log.rs`).
+    | mask(bit::VHOST_F_LOG_ALL)
+    // Guests behind a virtual IOMMU: every address is translated through
+    // the device IOTLB (`vring/iotlb.rs`, `vhost/device_iotlb.rs`).
+    | mask(bit::VIRTIO_F_ACCESS_PLATFORM),
+);

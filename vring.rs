@@ -45,6 +45,6 @@ pub(crate) mod user_memory;
 
 pub(crate) use chain::{positions, segments_from, Chain, ChainBuilder, IndirectTable, Iov, UsedElem, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_SEGMENTS};
 pub(crate) use error::VringError;
-pub(crate) use features::RingFeatures;
+pub(crate) use features::Features;
 pub(crate) use split::{RingLayout, Vring, MAX_NUM};
 pub(crate) use user_memory::{read_16_flags_first, GuestMemory, Store8};

@@ -3,10 +3,11 @@
 //! What TX and RX share: the weight of a run, the virtio-net header's
 //! lengths, and copying to and from the guest's buffers.
 
+use crate::vring::Features;
+use crate::vhost::uapi::VirtioNetHdr;
 use crate::tap_glue::tap::UserIov;
 
 use crate::tap_glue::uaccess::OwnerMem;
-use crate::vhost::uapi::{feature, VirtioNetHdr};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 
 use crate::vring::{segments_from, GuestMemory, Iov, VringError, MAX_SEGMENTS};
@@ -27,20 +28,39 @@ pub(super) struct HeaderLens {
     pub(super) sock: usize,
 }
 
-impl HeaderLens {
-    pub(super) fn of<B: Backend>(active: &ActiveRing<'_, B>) -> Self {
-        let len = if active.has_feature(feature::VIRTIO_NET_F_MRG_RXBUF)
-            || active.has_feature(feature::VIRTIO_F_VERSION_1)
-        {
+/// What the data path needs of the negotiated features, decoded once at
+/// `VHOST_SET_FEATURES` (C's `vhost_net_set_features`).
+#[derive(Clone, Copy)]
+pub(crate) struct NetConfig {
+    pub(super) hdr: HeaderLens,
+    /// `VIRTIO_NET_F_MRG_RXBUF`: an RX packet may span several buffers.
+    pub(super) mergeable: bool,
+    /// The header has `num_buffers`, which RX must set (to 1 without
+    /// mergeable buffers): with mergeable buffers or virtio 1.x, as C's
+    /// `set_num_buffers`.
+    pub(super) set_num_buffers: bool,
+}
+
+impl NetConfig {
+    /// Decodes `features`.
+    pub(crate) fn of(features: Features) -> Self {
+        let len = if features.mrg_rxbuf() || features.version_1() {
             VirtioNetHdr::LEN
         } else {
             VirtioNetHdr::LEN_LEGACY
         };
-        if active.has_feature(feature::VHOST_NET_F_VIRTIO_NET_HDR) {
-            Self { vhost: len, sock: 0 }
+        let hdr = if features.vhost_net_hdr() {
+            HeaderLens { vhost: len, sock: 0 }
         } else {
-            Self { vhost: 0, sock: len }
-        }
+            HeaderLens { vhost: 0, sock: len }
+        };
+        Self { hdr, mergeable: features.mrg_rxbuf(), set_num_buffers: features.mrg_rxbuf() || features.version_1() }
+    }
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self::of(Features::default())
     }
 }
 

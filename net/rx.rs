@@ -3,13 +3,15 @@
 //! Virtio-net RX: the tap to the guest's RX ring ([`RxQueue`]), in the
 //! queue's worker with the queue's lock held (C's `handle_rx`).
 
+use crate::vring::Features;
+use super::datapath::NetConfig;
+use crate::vhost::uapi::VirtioNetHdr;
 use crate::tap_glue::file_poll::{FilePoll, POLLIN};
 
 use crate::vring::mem_table::Translate;
 use crate::tap_glue::rx_batch::{Received, RxBatch};
 use crate::tap_glue::tap::{TapSocket, UserIov};
 
-use crate::vhost::uapi::{feature, VirtioNetHdr};
 use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::net::{MAX_BATCH, MAX_RX_HEADS};
@@ -135,11 +137,7 @@ fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
     mem: &M,
     space: &T,
 ) -> Result<bool, VringError> {
-    let hdr = HeaderLens::of(active);
-    let mergeable = active.has_feature(feature::VIRTIO_NET_F_MRG_RXBUF);
-    // num_buffers is there with mergeable buffers or virtio 1.x, and must
-    // then be set (to 1 without mergeable buffers), as C's set_num_buffers.
-    let set_num_buffers = mergeable || active.has_feature(feature::VIRTIO_F_VERSION_1);
+    let NetConfig { hdr, mergeable, set_num_buffers } = active.config;
     let mut weight = Weight::default();
     let (mut delivered, mut bytes, mut drops) = (0u64, 0u64, 0u64);
     // No kicks while this run takes buffers; the ring running empty asks
@@ -249,6 +247,11 @@ impl Backend for RxQueue {
     /// One packet's buffers after up to `MAX_BATCH` unpublished ones.
     const HEADS: usize = MAX_RX_HEADS + MAX_BATCH;
     type Scratch = RxScratch;
+    type Config = NetConfig;
+
+    fn config(features: Features) -> NetConfig {
+        NetConfig::of(features)
+    }
 
     fn new_scratch() -> Result<RxScratch> {
         Ok(RxScratch { uiov: user_iov_scratch()? })

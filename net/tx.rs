@@ -3,6 +3,8 @@
 //! Virtio-net TX: the guest's TX ring to the tap ([`TxQueue`]), in the
 //! queue's worker with the queue's lock held (C's `handle_tx`).
 
+use crate::vring::Features;
+use super::datapath::NetConfig;
 use crate::tap_glue::file_poll::{FilePoll, POLLOUT};
 
 use crate::vring::mem_table::Translate;
@@ -168,7 +170,7 @@ fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
     mem: &M,
     space: &T,
 ) -> Result<bool, VringError> {
-    let hdr = HeaderLens::of(active);
+    let hdr = active.config.hdr;
     let mut weight = Weight::default();
     let mut pending = 0usize;
     let mut tally = TxTally::default();
@@ -237,6 +239,11 @@ fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
 impl Backend for TxQueue {
     const HEADS: usize = MAX_BATCH;
     type Scratch = TxScratch;
+    type Config = NetConfig;
+
+    fn config(features: Features) -> NetConfig {
+        NetConfig::of(features)
+    }
 
     fn new_scratch() -> Result<TxScratch> {
         Ok(TxScratch { batch: TxBatch::new()?, uiov: user_iov_scratch()? })

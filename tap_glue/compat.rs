@@ -22,8 +22,6 @@
 //! The one C difference, 7.2's tun without `tun_wake_queue`, is at the top
 //! of `vnr_shim.c`.
 
-use kernel::prelude::*;
-
 /// A full memory barrier (`smp_mb`).
 #[inline(always)]
 pub(crate) fn smp_mb() {
@@ -54,23 +52,19 @@ pub(crate) fn smp_wmb() {
 /// Error codes that 7.2's `kernel::error::code` does not name. They are
 /// functions because 7.2 offers no `const` way to make an `Error` outside
 /// the kernel crate.
-pub(crate) mod code {
-    use super::*;
-
-    macro_rules! net_errors {
-        ($($fn:ident => $code:ident),* $(,)?) => {$(
-            #[doc = concat!("`-", stringify!($code), "`.")]
-            #[inline]
-            pub(crate) fn $fn() -> Error {
-                #[cfg(not(vnr_kernel_7_2))]
-                return kernel::error::code::$code;
-                #[cfg(vnr_kernel_7_2)]
-                return Error::from_errno(-(kernel::bindings::$code as i32));
-            }
-        )*};
-    }
-    net_errors!(enotsock => ENOTSOCK, enobufs => ENOBUFS, eopnotsupp => EOPNOTSUPP, ebadfd => EBADFD);
+/// The error code `$code` (`errno!(ENOBUFS)`) on either release: 7.2's
+/// kernel crate lacks the networking codes and `EBADFD`, and has no const
+/// way to make them.
+macro_rules! errno {
+    ($code:ident) => {{
+        #[cfg(not(vnr_kernel_7_2))]
+        let err = kernel::error::code::$code;
+        #[cfg(vnr_kernel_7_2)]
+        let err = kernel::error::Error::from_errno(-(kernel::bindings::$code as i32));
+        err
+    }};
 }
+pub(crate) use errno;
 
 /// Waits for every RCU read-side critical section in progress to end.
 pub(crate) fn synchronize_rcu() {

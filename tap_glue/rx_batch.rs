@@ -3,7 +3,7 @@
 //! RX from tun in batches: packets taken off tun's queue (its `ptr_ring`)
 //! up to [`RX_BATCH`] at a time, then received one `recvmsg` each.
 
-use crate::tap_glue::compat::code::enotsock;
+use crate::tap_glue::compat::errno;
 
 use crate::tap_glue::shim::{self, PtrRing};
 
@@ -55,7 +55,7 @@ impl RxBatch {
         // SAFETY: The file is live (held by `sock`); the shim returns its
         // tun or macvtap ring, or null for anything else.
         let raw = unsafe { shim::vnr_backend_rx_ring(sock.file.as_ptr()) };
-        let ring = NonNull::new(raw).ok_or_else(enotsock)?;
+        let ring = NonNull::new(raw).ok_or(errno!(ENOTSOCK))?;
         // INVARIANT: the ring of `sock`'s file; nothing taken yet.
         Ok(Self { sock, ring, queue: [core::ptr::null_mut(); RX_BATCH], head: 0, tail: 0 })
     }

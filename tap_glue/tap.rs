@@ -10,7 +10,7 @@
 //! `recvmsg` per RX packet, taken off tun's queue in batches (`RxBatch`,
 //! in `rx_batch.rs`).
 
-use crate::tap_glue::compat::code::{enobufs, enotsock};
+use crate::tap_glue::compat::errno;
 use crate::tap_glue::file_poll::PollableFile;
 use crate::tap_glue::shim::{self};
 
@@ -36,8 +36,8 @@ const _: () = assert!(core::mem::offset_of!(UserIov, len) == core::mem::offset_o
 /// The file behind a backend fd. Like the C driver, a closed fd (as any fd
 /// that is not a usable backend) is `-ENOTSOCK`.
 pub(crate) fn backend_file(fd: i32) -> Result<ARef<File>> {
-    let fd = u32::try_from(fd).map_err(|_| enotsock())?;
-    let file = kernel::fs::LocalFile::fget(fd).map_err(|_| enotsock())?;
+    let fd = u32::try_from(fd).map_err(|_| errno!(ENOTSOCK))?;
+    let file = kernel::fs::LocalFile::fget(fd).map_err(|_| errno!(ENOTSOCK))?;
     // SAFETY: Called from an ioctl, which does not hold an `fdget_pos` on
     // this thread.
     Ok(unsafe { kernel::fs::LocalFile::assume_no_fdget_pos(file) })
@@ -56,7 +56,7 @@ pub(crate) enum SendError {
 impl SendError {
     fn from_errno(errno: c_int) -> Self {
         let err = Error::from_errno(errno);
-        if err == EAGAIN || err == enobufs() || err == ENOMEM {
+        if err == EAGAIN || err == errno!(ENOBUFS) || err == ENOMEM {
             SendError::Busy
         } else {
             SendError::Dropped
@@ -91,9 +91,9 @@ impl TapSocket {
         // `tap_get_socket` only check its `f_op` and return ERR_PTR for
         // anything else.
         let raw = unsafe { shim::vnr_backend_socket(file.as_ptr()) };
-        let raw = kernel::error::from_err_ptr(raw).map_err(|_| enotsock())?;
+        let raw = kernel::error::from_err_ptr(raw).map_err(|_| errno!(ENOTSOCK))?;
         // INVARIANT: the socket of `file`.
-        Ok(Self { file, sock: NonNull::new(raw).ok_or_else(enotsock)? })
+        Ok(Self { file, sock: NonNull::new(raw).ok_or(errno!(ENOTSOCK))? })
     }
 
     pub(crate) fn file(&self) -> &ARef<File> {

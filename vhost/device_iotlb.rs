@@ -37,6 +37,19 @@ use kernel::{
     sync::{Arc, CondVar, Mutex},
 };
 
+/// The control of a device's miss channel, whatever its number of queues.
+pub(crate) trait MissControl {
+    /// Updates answered the misses of the queues in the returned mask (bit
+    /// `q` for queue `q`) that lie in `iova..iova + size`.
+    fn answer(&self, iova: u64, size: u64) -> u64;
+    /// `VHOST_IOTLB_BATCH_BEGIN`.
+    fn begin_batch(&self);
+    /// `VHOST_IOTLB_BATCH_END`: the queues whose misses the batch answered.
+    fn end_batch(&self) -> u64;
+    /// The device has an IOTLB (`ACCESS_PLATFORM` acked) or not.
+    fn set_enabled(&self, enabled: bool);
+}
+
 /// Where a queue posts its device IOTLB misses: the channel of its device,
 /// whatever the device's number of queues.
 pub(crate) trait PostMiss: Send + Sync {
@@ -158,48 +171,6 @@ impl<const N: usize> MissChannel<N> {
         self.state.lock().misses.drop_read(queue);
     }
 
-    /// An update of `[iova, iova + size - 1]` was applied: returns the
-    /// queues to wake (bit `q` for queue `q`); none inside a batch, which
-    /// wakes them at its end.
-    pub(crate) fn answer(&self, iova: u64, size: u64) -> u64 {
-        let mut state = self.state.lock();
-        let wake = state.misses.answer(iova, size);
-        match state.batch.as_mut() {
-            Some(deferred) => {
-                *deferred |= wake;
-                0
-            }
-            None => wake,
-        }
-    }
-
-    /// `VHOST_IOTLB_BATCH_BEGIN`.
-    pub(crate) fn begin_batch(&self) {
-        let mut state = self.state.lock();
-        state.batch.get_or_insert(0);
-    }
-
-    /// `VHOST_IOTLB_BATCH_END`: the queues the batch's updates answered.
-    pub(crate) fn end_batch(&self) -> u64 {
-        self.state.lock().batch.take().unwrap_or(0)
-    }
-
-    /// The device has an IOTLB (`true`, its tables new and empty) or none.
-    /// Without one every miss is forgotten, and blocked readers return
-    /// (`-EBADFD`). With a new one the misses read are kept, as C keeps
-    /// its pending list: userspace's answers still wake their queues.
-    pub(crate) fn set_enabled(&self, enabled: bool) {
-        {
-            let mut state = self.state.lock();
-            if !enabled {
-                state.misses.clear();
-                state.batch = None;
-            }
-            state.enabled = enabled;
-        }
-        self.notify();
-    }
-
     /// `poll()`: registers the poller on the channel and says whether a
     /// `read()` would find a message.
     pub(crate) fn poll(&self, wait: &PollWait<'_>) -> bool {
@@ -216,5 +187,49 @@ impl<const N: usize> PostMiss for MissChannel<N> {
             self.notify();
         }
         posted
+    }
+}
+
+impl<const N: usize> MissControl for MissChannel<N> {
+    /// An update of `[iova, iova + size - 1]` was applied: returns the
+    /// queues to wake (bit `q` for queue `q`); none inside a batch, which
+    /// wakes them at its end.
+    fn answer(&self, iova: u64, size: u64) -> u64 {
+        let mut state = self.state.lock();
+        let wake = state.misses.answer(iova, size);
+        match state.batch.as_mut() {
+            Some(deferred) => {
+                *deferred |= wake;
+                0
+            }
+            None => wake,
+        }
+    }
+
+    /// `VHOST_IOTLB_BATCH_BEGIN`.
+    fn begin_batch(&self) {
+        let mut state = self.state.lock();
+        state.batch.get_or_insert(0);
+    }
+
+    /// `VHOST_IOTLB_BATCH_END`: the queues the batch's updates answered.
+    fn end_batch(&self) -> u64 {
+        self.state.lock().batch.take().unwrap_or(0)
+    }
+
+    /// The device has an IOTLB (`true`, its tables new and empty) or none.
+    /// Without one every miss is forgotten, and blocked readers return
+    /// (`-EBADFD`). With a new one the misses read are kept, as C keeps
+    /// its pending list: userspace's answers still wake their queues.
+    fn set_enabled(&self, enabled: bool) {
+        {
+            let mut state = self.state.lock();
+            if !enabled {
+                state.misses.clear();
+                state.batch = None;
+            }
+            state.enabled = enabled;
+        }
+        self.notify();
     }
 }

@@ -15,6 +15,8 @@
 use kernel::ioctl::{_IO, _IOR, _IOW, _IOWR};
 use kernel::transmute::{AsBytes, FromBytes};
 
+pub(crate) use crate::vring::features::mask;
+
 const VHOST_VIRTIO: u32 = 0xAF;
 
 /// `struct vhost_vring_state`.
@@ -149,52 +151,6 @@ pub(crate) const VHOST_VRING_F_LOG_MASK: u32 = 1 << 0;
 pub(crate) const VHOST_FORK_OWNER_KTHREAD: u8 = 0;
 pub(crate) const VHOST_FORK_OWNER_TASK: u8 = 1;
 
-/// Feature bit numbers.
-pub(crate) mod feature {
-    pub(crate) const VIRTIO_NET_F_MRG_RXBUF: u32 = 15;
-    pub(crate) const VIRTIO_F_NOTIFY_ON_EMPTY: u32 = 24;
-    pub(crate) const VIRTIO_F_ANY_LAYOUT: u32 = 27;
-    pub(crate) const VIRTIO_RING_F_INDIRECT_DESC: u32 = 28;
-    pub(crate) const VIRTIO_RING_F_EVENT_IDX: u32 = 29;
-    pub(crate) const VHOST_NET_F_VIRTIO_NET_HDR: u32 = 27;
-    pub(crate) const VIRTIO_F_VERSION_1: u32 = 32;
-    pub(crate) const VIRTIO_F_ACCESS_PLATFORM: u32 = 33;
-    pub(crate) const VIRTIO_F_RING_PACKED: u32 = 34;
-    pub(crate) const VIRTIO_F_IN_ORDER: u32 = 35;
-    pub(crate) const VIRTIO_F_RING_RESET: u32 = 40;
-    pub(crate) const VHOST_F_LOG_ALL: u32 = 26;
-}
-
-/// Bit `n` as a feature mask.
-pub(crate) const fn bit(n: u32) -> u64 {
-    1u64 << n
-}
-
-/// The virtio features this driver really implements. Nothing is offered
-/// before its data path exists and is tested. The packed ring is, though
-/// the C driver never had it.
-pub(crate) const NET_FEATURES: u64 = bit(feature::VHOST_NET_F_VIRTIO_NET_HDR)
-    | bit(feature::VIRTIO_NET_F_MRG_RXBUF)
-    | bit(feature::VIRTIO_RING_F_INDIRECT_DESC)
-    | bit(feature::VIRTIO_RING_F_EVENT_IDX)
-    | bit(feature::VIRTIO_F_NOTIFY_ON_EMPTY)
-    | bit(feature::VIRTIO_F_ANY_LAYOUT)
-    | bit(feature::VIRTIO_F_VERSION_1)
-    // The packed virtqueue (packed.rs), dirty logging included.
-    | bit(feature::VIRTIO_F_RING_PACKED)
-    // Every queue uses buffers in the order they came (TX and RX both take
-    // and return chains in ring order); a split ring then returns a run of
-    // them with one used element (Vring::add_used).
-    | bit(feature::VIRTIO_F_IN_ORDER)
-    // A queue reset is the driver stopping and restarting one queue through
-    // the vring ioctls while the other runs, which every queue supports.
-    | bit(feature::VIRTIO_F_RING_RESET)
-    // Dirty-page logging for live migration (dirtylog.rs).
-    | bit(feature::VHOST_F_LOG_ALL)
-    // Guests behind a virtual IOMMU: every address is translated through
-    // the device IOTLB (iotlb.rs, device_iotlb.rs).
-    | bit(feature::VIRTIO_F_ACCESS_PLATFORM);
-
 /// Backend feature bit numbers (`VHOST_SET_BACKEND_FEATURES`).
 pub(crate) mod backend_feature {
     /// Misses are read as `struct vhost_msg_v2`.
@@ -207,8 +163,8 @@ pub(crate) mod backend_feature {
 /// batches of IOTLB updates, which it does not (QEMU's vhost-kernel backend
 /// acks only the first; a batch's updates take effect one by one anyway,
 /// and the queues they answer are woken once, at its end).
-pub(crate) const NET_BACKEND_FEATURES: u64 =
-    bit(backend_feature::VHOST_BACKEND_F_IOTLB_MSG_V2) | bit(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH);
+pub(crate) const BACKEND_FEATURES: u64 =
+    mask(backend_feature::VHOST_BACKEND_F_IOTLB_MSG_V2) | mask(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH);
 
 /// `struct virtio_net_hdr_mrg_rxbuf`, little-endian on the wire (virtio 1.x
 /// and, on x86, legacy guests too). The legacy header without mergeable
@@ -263,6 +219,3 @@ impl VirtioNetHdr {
     }
 }
 
-/// How many 64-bit words of features the `_ARRAY` ioctls know of
-/// (`VIRTIO_FEATURES_U64S` in Linux 7.3).
-pub(crate) const FEATURES_U64S: usize = 2;

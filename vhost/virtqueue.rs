@@ -41,6 +41,11 @@
 //! lock, and the channel's to post a miss. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
+use crate::vring::Features;
+use crate::vhost::uapi::VringAddr;
+use crate::tap_glue::file_poll::PollableFile;
+use crate::vhost::device_iotlb::MessageError;
+use kernel::seq_file::SeqFile;
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::device_iotlb::{PostMiss, QueueIotlb};
 use crate::vring::dirty_log::DirtyLog;
@@ -86,6 +91,14 @@ pub(crate) trait Backend: Send + Sized + Unpin {
     /// The queue's scratch space.
     fn new_scratch() -> Result<Self::Scratch>;
 
+    /// What the data path needs to know of the negotiated features,
+    /// decoded once, at `VHOST_SET_FEATURES` (as C's
+    /// `vhost_net_set_features` computes the header lengths).
+    type Config: Copy + Default + Send + Unpin;
+
+    /// Decodes the negotiated `features`.
+    fn config(features: Features) -> Self::Config;
+
     /// Whether this backend is the file `file`.
     fn is_file(&self, file: &File) -> bool;
 
@@ -97,6 +110,59 @@ pub(crate) trait Backend: Send + Sized + Unpin {
     /// stopped because its weight ran out and work remains. An error is a
     /// malformed ring: the queue stops (see [`VqState::fail`]).
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError>;
+}
+
+/// A queue's configuration as the device's control plane sees it, whatever
+/// its backend: the rules of the vring ioctls, and of the device-wide
+/// ioctls as they touch one queue. Implemented by [`VqState`], the state
+/// under the queue's lock (see `config.rs`).
+pub(crate) trait QueueConfig {
+    /// `VHOST_SET_VRING_NUM`.
+    fn set_num(&mut self, num: u32) -> Result;
+    /// `VHOST_SET_VRING_ADDR`.
+    fn set_addr(&mut self, addr: &VringAddr) -> Result;
+    /// `VHOST_SET_VRING_BASE`.
+    fn set_base(&mut self, base: u32) -> Result;
+    /// `VHOST_GET_VRING_BASE`: stops the ring, so that the index it reports cannot move.
+    fn get_base(&mut self) -> u32;
+    /// `VHOST_SET_VRING_KICK`; `None` unbinds.
+    fn set_kick(&mut self, file: Option<PollableFile>) -> Result;
+    /// `VHOST_SET_VRING_CALL`; `None` unbinds.
+    fn set_call(&mut self, call: Option<EventFd>);
+    /// `VHOST_SET_VRING_ERR`; `None` unbinds.
+    fn set_err(&mut self, err: Option<EventFd>);
+    /// `VHOST_SET_VRING_BUSYLOOP_TIMEOUT`.
+    fn set_busyloop_timeout(&mut self, timeout: u32);
+    /// `VHOST_GET_VRING_BUSYLOOP_TIMEOUT`.
+    fn busyloop_timeout(&self) -> u32;
+    /// `VHOST_SET_FEATURES` for this queue, with its new device IOTLB if `ACCESS_PLATFORM` is acked.
+    fn set_features(&mut self, features: Features, iotlb: Option<QueueIotlb>);
+    /// `VHOST_SET_MEM_TABLE` for this queue.
+    fn set_mem(&mut self, mem: Arc<MemTable>);
+    /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd (`vhost_vq_access_ok`).
+    fn check_access(&self) -> Result;
+    /// Whether `VHOST_SET_FEATURES` may set `features` on this queue.
+    fn can_set_features(&self, features: Features) -> bool;
+    /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.
+    fn set_iotlb_format(&mut self, format: u32);
+    /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table.
+    fn iotlb_update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), MessageError>;
+    /// `VHOST_IOTLB_INVALIDATE` on this queue's copy of the table.
+    fn iotlb_invalidate(&mut self, iova: u64, size: u64) -> Result<(), MessageError>;
+    /// `VHOST_SET_LOG_BASE` for this queue.
+    fn set_log_base(&mut self, log: DirtyLog) -> Result;
+    /// `VHOST_SET_LOG_FD` for this queue; `None` unbinds.
+    fn set_log_eventfd(&mut self, eventfd: Option<Arc<EventFd>>);
+    /// Whether `VHOST_SET_FEATURES` may turn `VHOST_F_LOG_ALL` on for this queue.
+    fn can_log_all(&self) -> bool;
+    /// Whether a new memory table can replace this queue's.
+    fn can_take_mem(&self, mem: &MemTable) -> bool;
+    /// The state of a freshly opened queue (`RESET_OWNER`, `close`).
+    fn reset(&mut self);
+    /// One line of `/proc/PID/fdinfo/FD`.
+    fn show(&self, m: &SeqFile);
+    /// Detaches and releases the backend, if any.
+    fn unbind(&mut self);
 }
 
 /// Counters a user can read in `/proc/PID/fdinfo/FD`.
@@ -171,7 +237,9 @@ pub(crate) struct VqState<B: Backend> {
     stopped: bool,
     /// The guest corrupted the ring; cleared by reconfiguration.
     broken: bool,
-    features: u64,
+    features: Features,
+    /// `features` as the backend decoded them.
+    config: B::Config,
     mem: Option<Arc<MemTable>>,
     backend: Option<B>,
     kick: Option<Pin<KBox<FilePoll>>>,

@@ -29,7 +29,7 @@ use crate::vring::dirty_log::{LogError, WriteLog};
 use crate::vring::mem_table::Translate;
 use crate::vring::staged::Staged;
 use crate::vring::{
-    positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, RingFeatures, RingLayout,
+    positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, Features, RingLayout,
     Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
 
@@ -212,7 +212,7 @@ pub(crate) struct PackedRing {
     desc: u64,
     driver: u64,
     device: u64,
-    features: RingFeatures,
+    features: Features,
     /// Where the next available chain starts.
     next_avail: Position,
     /// Where the next used descriptor goes.
@@ -247,7 +247,7 @@ impl PackedRing {
     /// past the end of the 64-bit space, or
     /// `base` holds a position outside the ring or a used position more
     /// than a lap behind the avail one.
-    pub(crate) fn resume(layout: RingLayout, desc_log: Option<u64>, base: u32, features: RingFeatures) -> Option<Self> {
+    pub(crate) fn resume(layout: RingLayout, desc_log: Option<u64>, base: u32, features: Features) -> Option<Self> {
         if layout.num == 0 || layout.num > MAX_NUM || !layout.parts_fit(Self::sizes(layout.num)) {
             return None;
         }
@@ -297,8 +297,8 @@ impl PackedRing {
     }
 
     /// See [`crate::vring::Vring::set_features`].
-    pub(crate) fn set_features(&mut self, features: RingFeatures) {
-        if features.event_idx != self.features.event_idx {
+    pub(crate) fn set_features(&mut self, features: Features) {
+        if features.event_idx() != self.features.event_idx() {
             self.signalled_valid = false;
             // The flags mean something else now: write them again.
             self.device_flags = None;
@@ -396,7 +396,7 @@ impl PackedRing {
             count += 1;
             at = at.advance(1, self.num);
             if desc.flags & DESC_F_INDIRECT != 0 {
-                if !self.features.indirect || desc.flags & DESC_F_NEXT != 0 || count != 1 {
+                if !self.features.indirect() || desc.flags & DESC_F_NEXT != 0 || count != 1 {
                     return Err(VringError::IndirectNotAllowed);
                 }
                 // Inside the table only WRITE counts; NEXT, INDIRECT and
@@ -603,7 +603,7 @@ impl PackedRing {
         // The used descriptors must be visible before reading the guest's
         // suppression state (section 2.8.21.3).
         mem.mb();
-        if self.features.notify_on_empty && self.in_flight == 0 && !self.has_avail(mem)? {
+        if self.features.notify_on_empty() && self.in_flight == 0 && !self.has_avail(mem)? {
             return Ok(true);
         }
         let added = core::mem::replace(&mut self.unsignalled, 0);
@@ -618,7 +618,7 @@ impl PackedRing {
         if flags == EVENT_FLAG_DISABLE {
             return Ok(false);
         }
-        if flags != EVENT_FLAG_DESC || !self.features.event_idx {
+        if flags != EVENT_FLAG_DESC || !self.features.event_idx() {
             return Ok(true);
         }
         // A full lap or more passed every position the guest could name.
@@ -644,7 +644,7 @@ impl PackedRing {
     /// seen and put back do not count, as in the split ring.
     pub(crate) fn enable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
         let unseen = self.next_avail.advance(self.seen_ahead, self.num);
-        if self.features.event_idx {
+        if self.features.event_idx() {
             mem.write_u16(self.device + EVENT_OFF_WRAP_OFFSET, unseen.encode())?;
             Self::log(mem, log, self.device_log, EVENT_OFF_WRAP_OFFSET, 2);
             // The position before the flags that point at it.
@@ -672,7 +672,7 @@ impl PackedRing {
     /// written are remembered (QEMU's packed rings write it on every
     /// disable).
     pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
-        if self.features.event_idx && self.device_flags == Some(EVENT_FLAG_DESC) {
+        if self.features.event_idx() && self.device_flags == Some(EVENT_FLAG_DESC) {
             return Ok(());
         }
         self.set_device_flags(mem, log, EVENT_FLAG_DISABLE)

@@ -11,7 +11,7 @@
 use crate::vring::dirty_log::WriteLog;
 use crate::vring::mem_table::Translate;
 use crate::vring::packed::PackedRing;
-use crate::vring::{Chain, GuestMemory, Iov, RingFeatures, UsedElem, Vring, VringError};
+use crate::vring::{Chain, GuestMemory, Iov, Features, UsedElem, Vring, VringError};
 
 /// A running ring of either format.
 #[derive(Clone, Copy, Debug)]
@@ -44,7 +44,7 @@ impl Ring {
     }
 
     /// Follows changed features from the next access.
-    pub(crate) fn set_features(&mut self, features: RingFeatures) {
+    pub(crate) fn set_features(&mut self, features: Features) {
         match self {
             Ring::Split(ring) => ring.set_features(features),
             Ring::Packed(ring) => ring.set_features(features),

@@ -5,7 +5,7 @@
 use super::chain::*;
 use super::dirty_log::{LogError, WriteLog};
 use super::error::VringError;
-use super::features::RingFeatures;
+use super::features::Features;
 use super::mem_table::Translate;
 use super::staged::Staged;
 use super::user_memory::*;
@@ -77,7 +77,7 @@ pub(crate) struct Vring {
     desc: u64,
     avail: u64,
     used: u64,
-    features: RingFeatures,
+    features: Features,
     /// Next avail entry the device will take.
     last_avail_idx: u16,
     /// The last `avail->idx` read from the guest.
@@ -134,7 +134,7 @@ impl Vring {
         layout: RingLayout,
         base: u16,
         used_idx: u16,
-        features: RingFeatures,
+        features: Features,
     ) -> Option<Self> {
         let num = layout.num;
         if num == 0 || num > MAX_NUM || !num.is_power_of_two() || !layout.parts_fit(Self::sizes(num, true)) {
@@ -184,8 +184,8 @@ impl Vring {
     /// Changes the negotiated features of a running ring, as the C driver's
     /// `SET_FEATURES` does: the next access follows them. A changed
     /// notification scheme invalidates the event-idx state.
-    pub(crate) fn set_features(&mut self, features: RingFeatures) {
-        if features.event_idx != self.features.event_idx {
+    pub(crate) fn set_features(&mut self, features: Features) {
+        if features.event_idx() != self.features.event_idx() {
             self.signalled_used_valid = false;
         }
         self.features = features;
@@ -369,7 +369,7 @@ impl Vring {
             budget -= 1;
             let d = self.read_desc(mem, self.desc + DESC_SIZE * u64::from(i))?;
             if d.flags & DESC_F_INDIRECT != 0 {
-                if !self.features.indirect || d.flags & DESC_F_NEXT != 0 {
+                if !self.features.indirect() || d.flags & DESC_F_NEXT != 0 {
                     return Err(VringError::IndirectNotAllowed);
                 }
                 let table = IndirectTable::new(space, d.addr, d.len)?;
@@ -416,7 +416,7 @@ impl Vring {
         log: &L,
         heads: &[UsedElem],
     ) -> Result<(), VringError> {
-        let idx = if self.features.in_order {
+        let idx = if self.features.in_order() {
             self.write_used_in_order(mem, log, heads)?
         } else {
             self.write_used(mem, log, heads)?
@@ -494,10 +494,10 @@ impl Vring {
         // The used index store must be visible before reading the guest's
         // suppression state (virtio 2.7.10).
         mem.mb();
-        if self.features.notify_on_empty && self.avail_idx == self.last_avail_idx {
+        if self.features.notify_on_empty() && self.avail_idx == self.last_avail_idx {
             return Ok(true);
         }
-        if !self.features.event_idx {
+        if !self.features.event_idx() {
             let flags = mem.read_u16(self.avail_flags_addr())?;
             return Ok(flags & AVAIL_F_NO_INTERRUPT == 0);
         }
@@ -523,7 +523,7 @@ impl Vring {
     /// ones that were not enough. The index read is checked and cached
     /// like any other.
     pub(crate) fn enable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
-        if self.features.event_idx {
+        if self.features.event_idx() {
             mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
             self.log_used(mem, log, self.avail_event_addr() - self.used, 2)?;
         } else {
@@ -540,7 +540,7 @@ impl Vring {
 
     /// Asks the guest not to kick while the device is polling the ring.
     pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
-        if !self.features.event_idx {
+        if !self.features.event_idx() {
             mem.write_u16(self.used_flags_addr(), USED_F_NO_NOTIFY)?;
             self.log_used(mem, log, 0, 2)?;
         }

@@ -5,7 +5,9 @@
 //! they touch one queue, as methods of [`VqState`], the state under the
 //! queue's lock.
 
-use crate::tap_glue::compat::code::eopnotsupp;
+use crate::vring::Features;
+use crate::vhost::uapi::{VringAddr, VHOST_VRING_F_LOG_MASK};
+use crate::tap_glue::compat::errno;
 use crate::vhost::device_iotlb::{MessageError, PostMiss, QueueIotlb};
 use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
 use crate::tap_glue::eventfd::EventFd;
@@ -15,14 +17,12 @@ use crate::vring::mem_table::{self};
 use crate::vring::packed::{self, PackedRing};
 use crate::vring::ring::{Ring, RingBase};
 use crate::tap_glue::uaccess::{user_limit, OwnerMem};
-use crate::vhost::uapi::{bit, feature, VringAddr, VHOST_VRING_F_LOG_MASK};
 use crate::vring::{self, GuestMemory, Iov, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
 use crate::tap_glue::worker::Waker;
 
 use kernel::{fs::File, prelude::*, seq_file::SeqFile, seq_print, sync::Arc};
 use super::*;
 use crate::vring::mem_table::Translate;
-use super::run::ring_features;
 
 impl<B: Backend> VqState<B> {
     pub(super) fn new(index: u32, waker: Arc<Waker>, nheads: usize, channel: Arc<dyn PostMiss>) -> Result<Self> {
@@ -40,7 +40,8 @@ impl<B: Backend> VqState<B> {
             ring: None,
             stopped: false,
             broken: false,
-            features: 0,
+            features: Features::default(),
+            config: B::Config::default(),
             mem: None,
             backend: None,
             kick: None,
@@ -58,155 +59,6 @@ impl<B: Backend> VqState<B> {
             heads,
             scratch: B::new_scratch()?,
         })
-    }
-
-    /// `VHOST_SET_VRING_NUM`: not while a backend is attached. A split ring
-    /// is a power of two, a packed ring any size (a guest may resize it to
-    /// 200 with a queue reset); QEMU acks the features first.
-    pub(crate) fn set_num(&mut self, num: u32) -> Result {
-        if self.backend.is_some() {
-            return Err(EBUSY);
-        }
-        if num == 0 || num > vring::MAX_NUM || (!self.packed() && !num.is_power_of_two()) {
-            return Err(EINVAL);
-        }
-        self.num = num;
-        Ok(())
-    }
-
-    /// `VHOST_SET_VRING_ADDR`: the avail and used rings aligned; with a
-    /// backend attached, the ring inside the user address space (the C
-    /// driver's `-EINVAL`; without one, [`VqState::set_backend`] checks it).
-    /// A running ring moves to the new addresses where it stands.
-    pub(crate) fn set_addr(&mut self, addr: &VringAddr) -> Result {
-        if addr.flags & !VHOST_VRING_F_LOG_MASK != 0 {
-            return Err(eopnotsupp());
-        }
-        if addr.avail_user_addr % AVAIL_ALIGN != 0
-            || addr.used_user_addr % USED_ALIGN != 0
-            || addr.log_guest_addr % USED_ALIGN != 0
-        {
-            return Err(EINVAL);
-        }
-        let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
-        let used_log = (addr.flags & VHOST_VRING_F_LOG_MASK != 0).then_some(addr.log_guest_addr);
-        if self.backend.is_some() && (!self.addr_ok(&new) || !self.log_covers_used(self.log, used_log)) {
-            return Err(EINVAL);
-        }
-        self.stop();
-        self.addr = Some(new);
-        self.used_log = used_log;
-        // New addresses are a reconfiguration: a ring the guest corrupted
-        // may run again (a stopped one still waits for its backend).
-        self.broken = false;
-        self.start();
-        Ok(())
-    }
-
-    /// `VHOST_SET_VRING_BASE`: not while a backend is attached. A split
-    /// ring's base is a 16-bit index; a packed ring's encodes both
-    /// positions, which must lie inside the ring (`SET_VRING_NUM` comes
-    /// first; a later one that leaves them outside keeps the ring from
-    /// starting, see [`VqState::start`]).
-    pub(crate) fn set_base(&mut self, base: u32) -> Result {
-        if self.backend.is_some() {
-            return Err(EBUSY);
-        }
-        let fits = if self.packed() { PackedRing::base_fits(base, self.num) } else { base <= u32::from(u16::MAX) };
-        if !fits {
-            return Err(EINVAL);
-        }
-        self.base = base;
-        self.stopped = false;
-        self.broken = false;
-        Ok(())
-    }
-
-    /// `VHOST_GET_VRING_BASE`: stops the ring, so the index cannot move
-    /// after it is read.
-    pub(crate) fn get_base(&mut self) -> u32 {
-        self.stop();
-        self.stopped = true;
-        self.base
-    }
-
-    /// `VHOST_SET_VRING_KICK`; `None` unbinds.
-    pub(crate) fn set_kick(&mut self, file: Option<PollableFile>) -> Result {
-        let poll = match file {
-            Some(file) => Some(FilePoll::start(file, POLLIN, self.waker.clone())?),
-            None => None,
-        };
-        // The old poll, if any, leaves its wait queue here.
-        self.kick = poll;
-        Ok(())
-    }
-
-    /// `VHOST_SET_VRING_CALL`; `None` unbinds.
-    pub(crate) fn set_call(&mut self, call: Option<EventFd>) {
-        self.call = call;
-    }
-
-    /// `VHOST_SET_VRING_ERR`; `None` unbinds.
-    pub(crate) fn set_err(&mut self, err: Option<EventFd>) {
-        self.err = err;
-    }
-
-    pub(crate) fn set_busyloop_timeout(&mut self, timeout: u32) {
-        self.busyloop_timeout = timeout;
-    }
-
-    pub(crate) fn busyloop_timeout(&self) -> u32 {
-        self.busyloop_timeout
-    }
-
-    /// `SET_FEATURES`: stores the bits, as the C driver does; a running ring
-    /// follows them from its next access. Nothing is read from guest memory
-    /// here, so the caller's address space does not matter. A change of ring
-    /// format, which [`VqState::can_set_features`] allows only without a
-    /// backend, makes the old position meaningless: the queue resumes from
-    /// the new format's first position (userspace sets the base next, as
-    /// QEMU does after `SET_FEATURES`).
-    ///
-    /// `iotlb` is the queue's new device IOTLB (empty), given exactly when
-    /// `features` has `VIRTIO_F_ACCESS_PLATFORM`: as in C, every such call
-    /// starts from an empty table.
-    pub(crate) fn set_features(&mut self, features: u64, iotlb: Option<QueueIotlb>) {
-        self.iotlb = iotlb;
-        let old = ring_features(self.features);
-        let format_changed = self.format_changes(features);
-        self.features = features;
-        if format_changed {
-            self.stop();
-            self.base = if self.packed() { packed::FRESH_BASE } else { 0 };
-            self.used_idx = 0;
-            return;
-        }
-        let new = ring_features(features);
-        if let Some(ring) = self.ring.as_mut() {
-            ring.set_features(new);
-            if new.event_idx != old.event_idx {
-                // The guest's notification state must be published again
-                // in the new scheme: let the worker re-arm it.
-                self.waker.wake();
-            }
-        }
-    }
-
-    /// `SET_MEM_TABLE`: the new table is used from the next access. A ring
-    /// that waited only for a table starts; a stopped one stays stopped.
-    pub(crate) fn set_mem(&mut self, mem: Arc<MemTable>) {
-        self.mem = Some(mem);
-        // A guest that used memory before the table had it (a hotplug
-        // race) may run again; a stopped ring stays stopped.
-        self.broken = false;
-        // A logged packed ring finds its descriptor ring's guest address
-        // through the table: look it up again in the new one.
-        if self.used_log.is_some() && self.ring.as_ref().is_some_and(Ring::is_packed) {
-            self.stop();
-        }
-        if self.ring.is_none() {
-            self.start();
-        }
     }
 
     /// `VHOST_NET_SET_BACKEND`: attaches `backend` (or with `None`
@@ -247,20 +99,6 @@ impl<B: Backend> VqState<B> {
         self.start();
     }
 
-    /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd, as
-    /// the C driver does (`vhost_vq_access_ok`): a memory table must be
-    /// set and the log must have room for what the queue would log
-    /// (`-EFAULT`, for an unbind too), and the ring addresses, if set, in
-    /// user space. A ring without addresses can only be unbound.
-    pub(crate) fn check_access(&self) -> Result {
-        // Addresses that were set must lie in user space (`vq_access_ok`;
-        // with a backend attached, SET_VRING_ADDR refused any other).
-        if self.addr.is_some_and(|addr| !self.addr_ok(&addr)) || !self.log_covers(self.log) {
-            return Err(EFAULT);
-        }
-        Ok(())
-    }
-
     /// Whether `log` has room for the bits of the used ring at `used_log`
     /// (C's `vq_log_used_access_ok`): the ring's size with `avail_event`
     /// only under event-idx (`vhost_get_used_size`), or a packed ring's
@@ -271,7 +109,7 @@ impl<B: Backend> VqState<B> {
         if self.iotlb.is_some() {
             return true;
         }
-        let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
+        let event_idx = self.features.event_idx();
         let size = if self.packed() { PackedRing::sizes(self.num).2 } else { Vring::sizes(self.num, event_idx).2 };
         match used_log {
             Some(gpa) => log.covers(gpa, size, user_limit()),
@@ -281,26 +119,17 @@ impl<B: Backend> VqState<B> {
 
     /// Whether the acked features make this a packed ring.
     fn packed(&self) -> bool {
-        self.features & bit(feature::VIRTIO_F_RING_PACKED) != 0
+        self.features.packed()
     }
 
-    fn format_changes(&self, features: u64) -> bool {
-        (self.features ^ features) & bit(feature::VIRTIO_F_RING_PACKED) != 0
+    fn format_changes(&self, features: Features) -> bool {
+        self.features.packed() != features.packed()
     }
 
     /// Whether the ring's addresses would change meaning: I/O virtual with
     /// `VIRTIO_F_ACCESS_PLATFORM`, the owner's without.
-    fn address_space_changes(&self, features: u64) -> bool {
-        (self.features ^ features) & bit(feature::VIRTIO_F_ACCESS_PLATFORM) != 0
-    }
-
-    /// Whether `SET_FEATURES` may set `features`: the ring format and the
-    /// address space change only while no backend is attached (`EBUSY`
-    /// otherwise), since the ring's addresses, size and log room were
-    /// checked for the old ones. QEMU acks the features before it attaches
-    /// a backend.
-    pub(crate) fn can_set_features(&self, features: u64) -> bool {
-        self.backend.is_none() || !(self.format_changes(features) || self.address_space_changes(features))
+    fn address_space_changes(&self, features: Features) -> bool {
+        self.features.access_platform() != features.access_platform()
     }
 
     /// Whether the ring's addresses can be used (`vq_access_ok`): inside
@@ -314,66 +143,14 @@ impl<B: Backend> VqState<B> {
         }
     }
 
-    /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.
-    pub(crate) fn set_iotlb_format(&mut self, format: u32) {
-        self.iotlb_format = format;
-    }
-
-    /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table; refused
-    /// without a table (the writer gets `EFAULT`, as in C).
-    pub(crate) fn iotlb_update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), MessageError> {
-        let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
-        iotlb.update(iova, size, uaddr, perm, user_limit()).map_err(MessageError::Update)
-    }
-
-    /// `VHOST_IOTLB_INVALIDATE` on this queue's copy. Holding the queue's
-    /// lock here means no run of the worker is in progress: the next one
-    /// translates through the table as it is now.
-    pub(crate) fn iotlb_invalidate(&mut self, iova: u64, size: u64) -> Result<(), MessageError> {
-        let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
-        iotlb.invalidate(iova, size);
-        Ok(())
-    }
-
     /// Whether the queue can run with `log` (C's `vq_log_access_ok`): it
     /// has a memory table (C refuses a queue without one, log or not), the
     /// log has room for every region with `VHOST_F_LOG_ALL`, and for the
     /// used ring with `VHOST_VRING_F_LOG`.
     fn log_covers(&self, log: DirtyLog) -> bool {
         let Some(mem) = self.mem.as_deref() else { return false };
-        let table = self.features & bit(feature::VHOST_F_LOG_ALL) == 0 || log.covers_table(mem, user_limit());
+        let table = !self.features.log_all() || log.covers_table(mem, user_limit());
         table && self.log_covers_used(log, self.used_log)
-    }
-
-    /// `VHOST_SET_LOG_BASE` for this queue: refused (`-EFAULT`) if a
-    /// running queue's writes would not fit, checked again at attach.
-    pub(crate) fn set_log_base(&mut self, log: DirtyLog) -> Result {
-        if self.backend.is_some() && !self.log_covers(log) {
-            return Err(EFAULT);
-        }
-        self.log = log;
-        Ok(())
-    }
-
-    /// `VHOST_SET_LOG_FD` for this queue; `None` unbinds.
-    pub(crate) fn set_log_eventfd(&mut self, eventfd: Option<Arc<EventFd>>) {
-        self.log_eventfd = eventfd;
-    }
-
-    /// Whether `SET_FEATURES` may turn `VHOST_F_LOG_ALL` on: every region
-    /// of an attached queue's table has room in its log (C's
-    /// `vhost_log_access_ok`; a queue with no table refuses).
-    pub(crate) fn can_log_all(&self) -> bool {
-        self.backend.is_none() || self.mem.as_deref().is_some_and(|mem| self.log.covers_table(mem, user_limit()))
-    }
-
-    /// Whether a new memory table can replace this queue's (C's
-    /// `memory_access_ok`): with `VHOST_F_LOG_ALL`, an attached queue's log
-    /// must have room for it.
-    pub(crate) fn can_take_mem(&self, mem: &MemTable) -> bool {
-        self.backend.is_none()
-            || self.features & bit(feature::VHOST_F_LOG_ALL) == 0
-            || self.log.covers_table(mem, user_limit())
     }
 
     /// Whether the attached backend is `file`.
@@ -456,29 +233,6 @@ impl<B: Backend> VqState<B> {
         self.backend.take()
     }
 
-    /// The state of a freshly opened queue (`RESET_OWNER`, `close`).
-    pub(crate) fn reset(&mut self) {
-        self.iotlb = None;
-        self.iotlb_format = iotlb::FORMAT_V1;
-        self.stop();
-        self.kick = None;
-        self.backend = None;
-        self.call = None;
-        self.err = None;
-        self.mem = None;
-        self.addr = None;
-        self.num = 1;
-        self.base = 0;
-        self.used_idx = 0;
-        self.busyloop_timeout = 0;
-        self.stopped = false;
-        self.broken = false;
-        self.features = 0;
-        self.log = DirtyLog::default();
-        self.log_eventfd = None;
-        self.used_log = None;
-    }
-
     /// Starts the ring if everything it needs is there, in the format the
     /// features ask for.
     fn start(&mut self) {
@@ -488,7 +242,7 @@ impl<B: Backend> VqState<B> {
         let (Some(addr), Some(mem)) = (self.addr, self.mem.as_deref()) else { return };
         let used_log = self.used_log_of(&addr);
         let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log };
-        let features = ring_features(self.features);
+        let features = self.features;
         let ring = if self.packed() && self.iotlb.is_some() {
             // With the device IOTLB the descriptor ring is logged through
             // its I/O virtual address, like the used ring of a split ring.
@@ -550,7 +304,7 @@ impl<B: Backend> VqState<B> {
             iov: &mut self.iov,
             heads: &mut self.heads,
             stats: &mut self.stats,
-            features: self.features,
+            config: self.config,
             iotlb: self.iotlb.as_ref(),
             waker: &self.waker,
             call: self.call.as_ref(),
@@ -594,8 +348,259 @@ impl<B: Backend> VqState<B> {
         }
     }
 
+}
+
+impl<B: Backend> QueueConfig for VqState<B> {
+    /// `VHOST_SET_VRING_NUM`: not while a backend is attached. A split ring
+    /// is a power of two, a packed ring any size (a guest may resize it to
+    /// 200 with a queue reset); QEMU acks the features first.
+    fn set_num(&mut self, num: u32) -> Result {
+        if self.backend.is_some() {
+            return Err(EBUSY);
+        }
+        if num == 0 || num > vring::MAX_NUM || (!self.packed() && !num.is_power_of_two()) {
+            return Err(EINVAL);
+        }
+        self.num = num;
+        Ok(())
+    }
+
+    /// `VHOST_SET_VRING_ADDR`: the avail and used rings aligned; with a
+    /// backend attached, the ring inside the user address space (the C
+    /// driver's `-EINVAL`; without one, [`VqState::set_backend`] checks it).
+    /// A running ring moves to the new addresses where it stands.
+    fn set_addr(&mut self, addr: &VringAddr) -> Result {
+        if addr.flags & !VHOST_VRING_F_LOG_MASK != 0 {
+            return Err(errno!(EOPNOTSUPP));
+        }
+        if addr.avail_user_addr % AVAIL_ALIGN != 0
+            || addr.used_user_addr % USED_ALIGN != 0
+            || addr.log_guest_addr % USED_ALIGN != 0
+        {
+            return Err(EINVAL);
+        }
+        let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
+        let used_log = (addr.flags & VHOST_VRING_F_LOG_MASK != 0).then_some(addr.log_guest_addr);
+        if self.backend.is_some() && (!self.addr_ok(&new) || !self.log_covers_used(self.log, used_log)) {
+            return Err(EINVAL);
+        }
+        self.stop();
+        self.addr = Some(new);
+        self.used_log = used_log;
+        // New addresses are a reconfiguration: a ring the guest corrupted
+        // may run again (a stopped one still waits for its backend).
+        self.broken = false;
+        self.start();
+        Ok(())
+    }
+
+    /// `VHOST_SET_VRING_BASE`: not while a backend is attached. A split
+    /// ring's base is a 16-bit index; a packed ring's encodes both
+    /// positions, which must lie inside the ring (`SET_VRING_NUM` comes
+    /// first; a later one that leaves them outside keeps the ring from
+    /// starting, see [`VqState::start`]).
+    fn set_base(&mut self, base: u32) -> Result {
+        if self.backend.is_some() {
+            return Err(EBUSY);
+        }
+        let fits = if self.packed() { PackedRing::base_fits(base, self.num) } else { base <= u32::from(u16::MAX) };
+        if !fits {
+            return Err(EINVAL);
+        }
+        self.base = base;
+        self.stopped = false;
+        self.broken = false;
+        Ok(())
+    }
+
+    /// `VHOST_GET_VRING_BASE`: stops the ring, so the index cannot move
+    /// after it is read.
+    fn get_base(&mut self) -> u32 {
+        self.stop();
+        self.stopped = true;
+        self.base
+    }
+
+    /// `VHOST_SET_VRING_KICK`; `None` unbinds.
+    fn set_kick(&mut self, file: Option<PollableFile>) -> Result {
+        let poll = match file {
+            Some(file) => Some(FilePoll::start(file, POLLIN, self.waker.clone())?),
+            None => None,
+        };
+        // The old poll, if any, leaves its wait queue here.
+        self.kick = poll;
+        Ok(())
+    }
+
+    /// `VHOST_SET_VRING_CALL`; `None` unbinds.
+    fn set_call(&mut self, call: Option<EventFd>) {
+        self.call = call;
+    }
+
+    /// `VHOST_SET_VRING_ERR`; `None` unbinds.
+    fn set_err(&mut self, err: Option<EventFd>) {
+        self.err = err;
+    }
+
+    fn set_busyloop_timeout(&mut self, timeout: u32) {
+        self.busyloop_timeout = timeout;
+    }
+
+    fn busyloop_timeout(&self) -> u32 {
+        self.busyloop_timeout
+    }
+
+    /// `SET_FEATURES`: stores the bits, as the C driver does; a running ring
+    /// follows them from its next access. Nothing is read from guest memory
+    /// here, so the caller's address space does not matter. A change of ring
+    /// format, which [`VqState::can_set_features`] allows only without a
+    /// backend, makes the old position meaningless: the queue resumes from
+    /// the new format's first position (userspace sets the base next, as
+    /// QEMU does after `SET_FEATURES`).
+    ///
+    /// `iotlb` is the queue's new device IOTLB (empty), given exactly when
+    /// `features` has `VIRTIO_F_ACCESS_PLATFORM`: as in C, every such call
+    /// starts from an empty table.
+    fn set_features(&mut self, features: Features, iotlb: Option<QueueIotlb>) {
+        self.iotlb = iotlb;
+        let old = self.features;
+        let format_changed = self.format_changes(features);
+        self.features = features;
+        self.config = B::config(features);
+        if format_changed {
+            self.stop();
+            self.base = if self.packed() { packed::FRESH_BASE } else { 0 };
+            self.used_idx = 0;
+            return;
+        }
+        if let Some(ring) = self.ring.as_mut() {
+            ring.set_features(features);
+            if features.event_idx() != old.event_idx() {
+                // The guest's notification state must be published again
+                // in the new scheme: let the worker re-arm it.
+                self.waker.wake();
+            }
+        }
+    }
+
+    /// `SET_MEM_TABLE`: the new table is used from the next access. A ring
+    /// that waited only for a table starts; a stopped one stays stopped.
+    fn set_mem(&mut self, mem: Arc<MemTable>) {
+        self.mem = Some(mem);
+        // A guest that used memory before the table had it (a hotplug
+        // race) may run again; a stopped ring stays stopped.
+        self.broken = false;
+        // A logged packed ring finds its descriptor ring's guest address
+        // through the table: look it up again in the new one.
+        if self.used_log.is_some() && self.ring.as_ref().is_some_and(Ring::is_packed) {
+            self.stop();
+        }
+        if self.ring.is_none() {
+            self.start();
+        }
+    }
+
+    /// What `VHOST_NET_SET_BACKEND` checks before it looks at the fd, as
+    /// the C driver does (`vhost_vq_access_ok`): a memory table must be
+    /// set and the log must have room for what the queue would log
+    /// (`-EFAULT`, for an unbind too), and the ring addresses, if set, in
+    /// user space. A ring without addresses can only be unbound.
+    fn check_access(&self) -> Result {
+        // Addresses that were set must lie in user space (`vq_access_ok`;
+        // with a backend attached, SET_VRING_ADDR refused any other).
+        if self.addr.is_some_and(|addr| !self.addr_ok(&addr)) || !self.log_covers(self.log) {
+            return Err(EFAULT);
+        }
+        Ok(())
+    }
+
+    /// Whether `SET_FEATURES` may set `features`: the ring format and the
+    /// address space change only while no backend is attached (`EBUSY`
+    /// otherwise), since the ring's addresses, size and log room were
+    /// checked for the old ones. QEMU acks the features before it attaches
+    /// a backend.
+    fn can_set_features(&self, features: Features) -> bool {
+        self.backend.is_none() || !(self.format_changes(features) || self.address_space_changes(features))
+    }
+
+    /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.
+    fn set_iotlb_format(&mut self, format: u32) {
+        self.iotlb_format = format;
+    }
+
+    /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table; refused
+    /// without a table (the writer gets `EFAULT`, as in C).
+    fn iotlb_update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), MessageError> {
+        let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
+        iotlb.update(iova, size, uaddr, perm, user_limit()).map_err(MessageError::Update)
+    }
+
+    /// `VHOST_IOTLB_INVALIDATE` on this queue's copy. Holding the queue's
+    /// lock here means no run of the worker is in progress: the next one
+    /// translates through the table as it is now.
+    fn iotlb_invalidate(&mut self, iova: u64, size: u64) -> Result<(), MessageError> {
+        let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
+        iotlb.invalidate(iova, size);
+        Ok(())
+    }
+
+    /// `VHOST_SET_LOG_BASE` for this queue: refused (`-EFAULT`) if a
+    /// running queue's writes would not fit, checked again at attach.
+    fn set_log_base(&mut self, log: DirtyLog) -> Result {
+        if self.backend.is_some() && !self.log_covers(log) {
+            return Err(EFAULT);
+        }
+        self.log = log;
+        Ok(())
+    }
+
+    /// `VHOST_SET_LOG_FD` for this queue; `None` unbinds.
+    fn set_log_eventfd(&mut self, eventfd: Option<Arc<EventFd>>) {
+        self.log_eventfd = eventfd;
+    }
+
+    /// Whether `SET_FEATURES` may turn `VHOST_F_LOG_ALL` on: every region
+    /// of an attached queue's table has room in its log (C's
+    /// `vhost_log_access_ok`; a queue with no table refuses).
+    fn can_log_all(&self) -> bool {
+        self.backend.is_none() || self.mem.as_deref().is_some_and(|mem| self.log.covers_table(mem, user_limit()))
+    }
+
+    /// Whether a new memory table can replace this queue's (C's
+    /// `memory_access_ok`): with `VHOST_F_LOG_ALL`, an attached queue's log
+    /// must have room for it.
+    fn can_take_mem(&self, mem: &MemTable) -> bool {
+        self.backend.is_none()
+            || !self.features.log_all()
+            || self.log.covers_table(mem, user_limit())
+    }
+
+    /// The state of a freshly opened queue (`RESET_OWNER`, `close`).
+    fn reset(&mut self) {
+        self.iotlb = None;
+        self.iotlb_format = iotlb::FORMAT_V1;
+        self.stop();
+        self.kick = None;
+        self.backend = None;
+        self.call = None;
+        self.err = None;
+        self.mem = None;
+        self.addr = None;
+        self.num = 1;
+        self.base = 0;
+        self.used_idx = 0;
+        self.busyloop_timeout = 0;
+        self.stopped = false;
+        self.broken = false;
+        self.features = Features::default();
+        self.config = B::Config::default();
+        self.log = DirtyLog::default();
+        self.log_eventfd = None;
+        self.used_log = None;
+    }
+
     /// One line of `/proc/PID/fdinfo/FD`.
-    pub(crate) fn show(&self, m: &SeqFile) {
+    fn show(&self, m: &SeqFile) {
         let stats = &self.stats;
         seq_print!(
             m,
@@ -622,7 +627,7 @@ impl<B: Backend> VqState<B> {
             stats.drops,
             // What is being logged for a migration: the data the device
             // writes (VHOST_F_LOG_ALL), the used ring (VHOST_VRING_F_LOG).
-            match (self.features & bit(feature::VHOST_F_LOG_ALL) != 0, self.used_log.is_some()) {
+            match (self.features.log_all(), self.used_log.is_some()) {
                 (false, false) => "off",
                 (true, false) => "data",
                 (false, true) => "used",
@@ -633,5 +638,9 @@ impl<B: Backend> VqState<B> {
             self.iotlb.as_ref().map_or(0, |iotlb| iotlb.len()),
             stats.iotlb_misses
         );
+    }
+
+    fn unbind(&mut self) {
+        drop(self.detach());
     }
 }

@@ -5,6 +5,7 @@
 //! that ends early does (a device IOTLB miss is posted, anything else fails
 //! the ring).
 
+use crate::vring::Features;
 use crate::vhost::device_iotlb::QueueIotlb;
 use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
 use crate::tap_glue::eventfd::EventFd;
@@ -14,8 +15,7 @@ use crate::vring::mem_table::{self, Access, Region, Translate, TranslateError};
 use crate::vring::packed::PackedRing;
 use crate::vring::ring::Ring;
 use crate::tap_glue::uaccess::OwnerMem;
-use crate::vhost::uapi::{bit, feature};
-use crate::vring::{GuestMemory, Iov, RingFeatures, UsedElem, Vring, VringError};
+use crate::vring::{GuestMemory, Iov, UsedElem, Vring, VringError};
 use crate::tap_glue::worker::{should_stop_polling, Waker};
 use core::cell::Cell;
 use kernel::{prelude::*, time::{Instant, Monotonic}, sync::Arc};
@@ -58,7 +58,8 @@ pub(crate) struct ActiveRing<'a, B: Backend> {
     pub(crate) iov: &'a mut [Iov],
     pub(crate) heads: &'a mut [UsedElem],
     pub(crate) stats: &'a mut Stats,
-    pub(crate) features: u64,
+    /// The negotiated features, as the backend decoded them.
+    pub(crate) config: B::Config,
     /// The device IOTLB that the ring's and the buffers' addresses go
     /// through, or `None` for the memory table.
     pub(crate) iotlb: Option<&'a QueueIotlb>,
@@ -108,10 +109,10 @@ impl<'a> RunLog<'a> {
         owner: &'a OwnerMem,
         log: DirtyLog,
         eventfd: Option<&'a EventFd>,
-        features: u64,
+        features: Features,
         iova: Option<(&'a QueueIotlb, &'a [Region])>,
     ) -> Self {
-        Self { owner, log, iova, eventfd, data: features & bit(feature::VHOST_F_LOG_ALL) != 0, marked: Cell::new(false) }
+        Self { owner, log, iova, eventfd, data: features.log_all(), marked: Cell::new(false) }
     }
 
     /// Tells userspace that the log has new bits, once per batch of
@@ -207,10 +208,6 @@ impl<B: Backend> ActiveRing<'_, B> {
         Ok(())
     }
 
-    pub(crate) fn has_feature(&self, bit_nr: u32) -> bool {
-        self.features & bit(bit_nr) != 0
-    }
-
     /// Logs that the device wrote the first `len` bytes of the buffers
     /// `iov`, with `VHOST_F_LOG_ALL` (C's `vhost_log_write`), once the
     /// writes are visible. As in C, a log that cannot be written (the owner
@@ -241,14 +238,6 @@ impl<B: Backend> ActiveRing<'_, B> {
     }
 }
 
-pub(super) fn ring_features(features: u64) -> RingFeatures {
-    RingFeatures {
-        event_idx: features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0,
-        indirect: features & bit(feature::VIRTIO_RING_F_INDIRECT_DESC) != 0,
-        notify_on_empty: features & bit(feature::VIRTIO_F_NOTIFY_ON_EMPTY) != 0,
-        in_order: features & bit(feature::VIRTIO_F_IN_ORDER) != 0,
-    }
-}
 
 impl<B: Backend> VqState<B> {
     /// One run of the data path, if the ring runs.
@@ -298,7 +287,7 @@ impl<B: Backend> VqState<B> {
     /// ring are written too (used entries go there).
     fn check_ring_mapped(&self) -> Result<(), VringError> {
         let (Some(iotlb), Some(addr), Some(ring)) = (&self.iotlb, self.addr, &self.ring) else { return Ok(()) };
-        let event_idx = self.features & bit(feature::VIRTIO_RING_F_EVENT_IDX) != 0;
+        let event_idx = self.features.event_idx();
         let (desc, driver, device) =
             if ring.is_packed() { PackedRing::sizes(self.num) } else { Vring::sizes(self.num, event_idx) };
         iotlb::check_range(iotlb, addr.desc, desc, Access::Read)?;

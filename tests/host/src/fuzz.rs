@@ -15,6 +15,7 @@
 //! offsets to the parts' starts.
 //! Every accepted chain must stay inside guest memory and the iov array.
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
+use crate::testmem::RingFeatures;
 use arbitrary::Arbitrary;
 use crate::vring::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
 use crate::vring::mem_table::{validate, Region};
@@ -136,11 +137,11 @@ pub fn run(inp: Input) {
         // the avail one.
         let pos = |bits: u16| u32::from(bits & 0x8000) | u32::from(bits & 0x7fff) % num;
         let base = pos(inp.base) | pos(inp.base.rotate_left(5)) << 16;
-        let ring = PackedRing::resume(layout, None, base, feats)
-            .or_else(|| PackedRing::resume(layout, None, pos(inp.base) << 16 | pos(inp.base), feats));
+        let ring = PackedRing::resume(layout, None, base, feats.into())
+            .or_else(|| PackedRing::resume(layout, None, pos(inp.base) << 16 | pos(inp.base), feats.into()));
         Ring::Packed(ring.unwrap())
     } else {
-        Ring::Split(Vring::resume(layout, inp.base, inp.base, feats).unwrap())
+        Ring::Split(Vring::resume(layout, inp.base, inp.base, feats.into()).unwrap())
     };
     let mut iov = vec![Iov::default(); 1 + usize::from(inp.iov_len) % MAX_SEGMENTS];
     // Chains popped and not yet returned, oldest first.
@@ -233,9 +234,9 @@ fn run_at_the_top(inp: &Input, layout: RingLayout, packed: bool, feats: RingFeat
         ..layout
     };
     let ring = if packed {
-        PackedRing::resume(layout, None, FRESH_BASE, feats).map(Ring::Packed)
+        PackedRing::resume(layout, None, FRESH_BASE, feats.into()).map(Ring::Packed)
     } else {
-        Vring::resume(layout, 0, 0, feats).map(Ring::Split)
+        Vring::resume(layout, 0, 0, feats.into()).map(Ring::Split)
     };
     let Some(mut ring) = ring else { return };
     let mut iov = vec![Iov::default(); 16];

@@ -1,6 +1,7 @@
 //! The packed ring against a mock driver that follows the virtio spec
 //! (section 2.8) as Linux's `virtio_ring.c` does: wrap counters, chains,
 //! indirect tables, buffer ids, event suppression.
+use crate::testmem::RingFeatures;
 use crate::vring::mem_table::{validate, Region};
 use crate::vring::packed::*;
 use crate::vring::ring::{Ring, RingBase};
@@ -180,7 +181,7 @@ fn rig(num: u16, feats: RingFeatures) -> Rig {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let ring = PackedRing::resume(layout(u32::from(num)), None, FRESH_BASE, feats).unwrap();
+    let ring = PackedRing::resume(layout(u32::from(num)), None, FRESH_BASE, feats.into()).unwrap();
     Rig { mem, regions, ring, driver: Driver::new(num), iov: vec![Iov::default(); MAX_SEGMENTS] }
 }
 
@@ -216,18 +217,18 @@ fn fresh_base_and_encoding() {
     assert!(PackedRing::base_fits(0x0003_8003, 8)); // a whole lap
     assert!(!PackedRing::base_fits(0x0002_8003, 8)); // more
     assert!(!PackedRing::base_fits(0x8004_8003, 8)); // used ahead of avail
-    assert!(PackedRing::resume(layout(256), None, 0x0000_0100, f()).is_none());
-    assert!(PackedRing::resume(layout(65536), None, 0, f()).is_none());
-    assert!(PackedRing::resume(layout(0), None, 0, f()).is_none());
-    assert!(PackedRing::resume(layout(32768), None, 0xffff_ffff, f()).is_some());
+    assert!(PackedRing::resume(layout(256), None, 0x0000_0100, f().into()).is_none());
+    assert!(PackedRing::resume(layout(65536), None, 0, f().into()).is_none());
+    assert!(PackedRing::resume(layout(0), None, 0, f().into()).is_none());
+    assert!(PackedRing::resume(layout(32768), None, 0xffff_ffff, f().into()).is_some());
     // Any size: a queue reset may make it 200.
     for num in [1, 3, 200, 32767] {
-        assert!(PackedRing::resume(layout(num), None, FRESH_BASE, f()).is_some(), "num {num}");
+        assert!(PackedRing::resume(layout(num), None, FRESH_BASE, f().into()).is_some(), "num {num}");
     }
     // Aligned parts only (16, 4, 4).
     for (desc, driver, device) in [(DESC + 8, DRIVER, DEVICE), (DESC, DRIVER + 2, DEVICE), (DESC, DRIVER, DEVICE + 2)] {
         let misaligned = RingLayout { num: 8, desc, avail: driver, used: device, used_log: None };
-        assert!(PackedRing::resume(misaligned, None, FRESH_BASE, f()).is_none());
+        assert!(PackedRing::resume(misaligned, None, FRESH_BASE, f().into()).is_none());
     }
 }
 
@@ -295,7 +296,7 @@ fn stop_and_resume_at_the_base() {
             let avail = u32::from(r.driver.avail_index) | u32::from(r.driver.avail_wrap) << 15;
             let used = u32::from(r.driver.used_index) | u32::from(r.driver.used_wrap) << 15;
             assert_eq!(base, used << 16 | avail, "round {round}");
-            r.ring = PackedRing::resume(layout(16), None, base, f()).unwrap();
+            r.ring = PackedRing::resume(layout(16), None, base, f().into()).unwrap();
         }
     }
     // Two chains posted, one taken: the base points at the second.
@@ -303,7 +304,7 @@ fn stop_and_resume_at_the_base() {
     let second = r.post(&[(0x8000, 10, false)]);
     let first = r.pop().unwrap().unwrap();
     r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&first, 0)]).unwrap();
-    r.ring = PackedRing::resume(layout(16), None, r.ring.base(), f()).unwrap();
+    r.ring = PackedRing::resume(layout(16), None, r.ring.base(), f().into()).unwrap();
     assert_eq!(r.pop().unwrap().unwrap().head, second);
 }
 
@@ -448,7 +449,7 @@ fn layouts_past_the_end_of_the_64_bit_space_are_refused() {
     let top = |size: u64| 0u64.wrapping_sub(size);
     let split = |desc, avail, used| RingLayout { num: 8, desc, avail, used, used_log: None };
     let (desc, avail, used) = Vring::sizes(8, true);
-    let fits = |layout| Vring::resume(layout, 0, 0, f()).is_some();
+    let fits = |layout| Vring::resume(layout, 0, 0, f().into()).is_some();
     assert!(fits(split(DESC, DRIVER, DEVICE)));
     assert!(!fits(split(top(desc), DRIVER, DEVICE)));
     assert!(!fits(split(DESC, top(avail), DEVICE)));
@@ -458,7 +459,7 @@ fn layouts_past_the_end_of_the_64_bit_space_are_refused() {
     assert!(fits(split(DESC, DRIVER, top(used + 16))));
     let packed = |desc, driver, device| RingLayout { num: 8, desc, avail: driver, used: device, used_log: None };
     let (desc, driver, device) = PackedRing::sizes(8);
-    let fits = |layout| PackedRing::resume(layout, None, FRESH_BASE, f()).is_some();
+    let fits = |layout| PackedRing::resume(layout, None, FRESH_BASE, f().into()).is_some();
     assert!(!fits(packed(top(desc), DRIVER, DEVICE)));
     assert!(!fits(packed(top(16), DRIVER, DEVICE)));
     assert!(!fits(packed(DESC, top(driver), DEVICE)));
@@ -605,7 +606,7 @@ fn ring_writes_are_logged() {
     let logged = RingLayout { used_log: Some(DEVICE_LOG), ..layout(8) };
     // Both sides at position 6 of the first lap.
     let base = (6 | 1 << 15) << 16 | 6 | 1 << 15;
-    r.ring = PackedRing::resume(logged, Some(DESC_LOG), base, f()).unwrap();
+    r.ring = PackedRing::resume(logged, Some(DESC_LOG), base, f().into()).unwrap();
     (r.driver.avail_index, r.driver.used_index) = (6, 6);
     // Chains at 6-7 and 0: the used span wraps.
     r.post(&[(0x8000, 1, false), (0x9000, 1, false)]);
@@ -621,13 +622,13 @@ fn ring_writes_are_logged() {
     // With event-idx, the position the device asks a kick for, then the
     // flags the first time.
     let ev = RingFeatures { event_idx: true, ..f() };
-    let mut ring = PackedRing::resume(logged, Some(DESC_LOG), FRESH_BASE, ev).unwrap();
+    let mut ring = PackedRing::resume(logged, Some(DESC_LOG), FRESH_BASE, ev.into()).unwrap();
     let marks = Marks::default();
     ring.enable_notify(&r.mem, &marks).unwrap();
     ring.enable_notify(&r.mem, &marks).unwrap();
     assert_eq!(*marks.0.borrow(), vec![(DEVICE_LOG, 2), (DEVICE_LOG + 2, 2), (DEVICE_LOG, 2)]);
     // Without VHOST_VRING_F_LOG nothing is logged, whatever desc_log says.
-    let mut ring = PackedRing::resume(layout(8), Some(DESC_LOG), FRESH_BASE, f()).unwrap();
+    let mut ring = PackedRing::resume(layout(8), Some(DESC_LOG), FRESH_BASE, f().into()).unwrap();
     let marks = Marks::default();
     ring.enable_notify(&r.mem, &marks).unwrap();
     ring.add_used(&r.mem, &marks, &[]).unwrap();
@@ -646,9 +647,9 @@ fn one_sequence_on_both_formats() {
         let mem = TestMem::new(BASE, MEM);
         let mut driver = Driver::new(8);
         let mut ring = if packed {
-            Ring::Packed(PackedRing::resume(layout(8), None, FRESH_BASE, f()).unwrap())
+            Ring::Packed(PackedRing::resume(layout(8), None, FRESH_BASE, f().into()).unwrap())
         } else {
-            Ring::Split(Vring::resume(split_layout, 0, 0, f()).unwrap())
+            Ring::Split(Vring::resume(split_layout, 0, 0, f().into()).unwrap())
         };
         let mut split_idx = 0u16;
         let mut post = |mem: &TestMem, driver: &mut Driver| {
@@ -742,7 +743,7 @@ fn ring_parts_through_the_device_iotlb() {
     let mut tlb = Iotlb::new(vec![Mapping::default(); 8]);
     tlb.update(0, MEM as u64, BASE, ACCESS_RO | ACCESS_WO, 1 << 47).unwrap();
     let iova = RingLayout { num: 64, desc: DESC - BASE, avail: DRIVER - BASE, used: DEVICE - BASE, used_log: None };
-    let mut ring = PackedRing::resume(iova, None, FRESH_BASE, f()).unwrap();
+    let mut ring = PackedRing::resume(iova, None, FRESH_BASE, f().into()).unwrap();
     let view = Translated::new(&r.mem, &tlb);
     let mut total = 0u64;
     while total < 6400 {

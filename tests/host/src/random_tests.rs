@@ -1,6 +1,7 @@
 //! Randomized ring states against the parser: whatever the guest writes,
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
+use crate::testmem::RingFeatures;
 use crate::vring::iotlb::{access_bits, Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
 use crate::vring::mem_table::{validate, Region, TranslateError};
 
@@ -183,7 +184,7 @@ pub fn one_state(seed: u64) -> usize {
     };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     let base = r.next() as u16;
-    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, base, base, feats).unwrap();
+    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, base, base, feats.into()).unwrap();
     // Random bytes over the descriptor table, an indirect area and the
     // avail ring; then plausible-looking descriptors most of the time.
     junk_and_tables(&mut r, &mem, 0x3000, false);
@@ -227,7 +228,7 @@ pub fn one_state(seed: u64) -> usize {
             // read through the IOTLB as the module reads them: the same
             // result, segment for segment.
             let layout = RingLayout { num, desc: desc - BASE, avail: avail - BASE, used: used - BASE, used_log: None };
-            let mut iova_ring = Vring::resume(layout, before, ring.last_used_idx(), feats).unwrap();
+            let mut iova_ring = Vring::resume(layout, before, ring.last_used_idx(), feats.into()).unwrap();
             let mut iova_iov = vec![Iov::default(); tlb_iov.len()];
             let via_iova = iova_ring.pop(&Translated::new(&mem, tlb), tlb, &mut iova_iov);
             assert_eq!(via_iova, via_tlb, "the ring read through the IOTLB differs");
@@ -290,7 +291,7 @@ pub fn one_packed_state(seed: u64) -> usize {
     let used_at = if behind <= index { index - behind | lap } else { index + num - behind | (lap ^ 0x8000) };
     let base = used_at << 16 | avail_at;
     let layout = RingLayout { num, desc, avail: driver, used: device, used_log: None };
-    let mut ring = PackedRing::resume(layout, None, base, feats).unwrap();
+    let mut ring = PackedRing::resume(layout, None, base, feats.into()).unwrap();
     junk_and_tables(&mut r, &mem, 0x2400, true);
     // Mostly descriptors available in the lap they sit in, so that chains
     // of several descriptors happen.

@@ -116,3 +116,30 @@ impl crate::vring::dirty_log::WriteLog for Marks {
         Ok(())
     }
 }
+
+/// The ring-parsing features a test sets, as named booleans.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingFeatures {
+    pub event_idx: bool,
+    pub indirect: bool,
+    pub notify_on_empty: bool,
+    pub in_order: bool,
+}
+
+impl From<RingFeatures> for crate::vring::Features {
+    fn from(f: RingFeatures) -> Self {
+        use crate::vring::features::{bit, mask};
+        let mut bits = 0;
+        for (on, n) in [
+            (f.event_idx, bit::VIRTIO_RING_F_EVENT_IDX),
+            (f.indirect, bit::VIRTIO_RING_F_INDIRECT_DESC),
+            (f.notify_on_empty, bit::VIRTIO_F_NOTIFY_ON_EMPTY),
+            (f.in_order, bit::VIRTIO_F_IN_ORDER),
+        ] {
+            if on {
+                bits |= mask(n);
+            }
+        }
+        crate::vring::Features::from_bits(bits)
+    }
+}

@@ -1,3 +1,4 @@
+use crate::testmem::RingFeatures;
 use crate::vring::mem_table::{validate, Region};
 
 use crate::testmem::{Marks, NoLog, TestMem};
@@ -22,7 +23,7 @@ fn rig(num: u32, feats: RingFeatures) -> Rig {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let ring = Vring::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, feats).unwrap();
+    let ring = Vring::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, feats.into()).unwrap();
     Rig { mem, regions, ring, num: num as u16, iov: vec![Iov::default(); MAX_SEGMENTS] }
 }
 
@@ -206,7 +207,7 @@ fn too_many_segments() {
 #[test]
 fn indices_wrap_past_65535() {
     let mut r = rig(4, f());
-    r.ring = Vring::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 65533, 65533, f()).unwrap();
+    r.ring = Vring::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 65533, 65533, f().into()).unwrap();
     r.desc(DESC, 0, 0x8000, 1, 0, 0);
     let mut idx: u16 = 65533;
     for _ in 0..10 {
@@ -223,10 +224,10 @@ fn indices_wrap_past_65535() {
 #[test]
 fn every_ring_size() {
     for shift in 0..=15 {
-        assert!(Vring::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f()).is_some());
+        assert!(Vring::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_some());
     }
     for n in [0, 3, 6, 65535, 65536, 1 << 20] {
-        assert!(Vring::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f()).is_none());
+        assert!(Vring::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_none());
     }
 }
 
@@ -291,7 +292,7 @@ fn used_ring_writes_are_logged_at_the_log_address() {
         let feats = RingFeatures { event_idx, ..f() };
         let mut r = rig(8, feats);
         let layout = RingLayout { num: 8, desc: DESC, avail: AVAIL, used: USED, used_log: Some(LOG_AT) };
-        r.ring = Vring::resume(layout, 6, 6, feats).unwrap();
+        r.ring = Vring::resume(layout, 6, 6, feats.into()).unwrap();
         r.mem.put_u16(AVAIL + 2, 6);
         let marks = Marks::default();
         // Three elements from slot 6: they wrap, so two copies, each logged,
@@ -324,7 +325,7 @@ fn in_order_rig(num: u32, base: u16, event_idx: bool) -> Rig {
     let feats = RingFeatures { in_order: true, event_idx, ..f() };
     let mut r = rig(num, feats);
     let layout = RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: Some(USED - BASE) };
-    r.ring = Vring::resume(layout, base, base, feats).unwrap();
+    r.ring = Vring::resume(layout, base, base, feats.into()).unwrap();
     for slot in 0..u64::from(num) {
         r.mem.put(USED + 4 + 8 * slot, &[0xee; 8]);
     }
@@ -434,7 +435,7 @@ fn in_order_fault_publishes_nothing() {
         RingLayout { num: 8, desc: DESC, avail: AVAIL, used: BASE + MEM as u64 + 0x1000, used_log: None },
         2,
         0,
-        RingFeatures { in_order: true, ..f() },
+        RingFeatures { in_order: true, ..f() }.into(),
     )
     .unwrap();
     assert!(r.ring.add_used(&r.mem, &NoLog, &batch).is_err());
@@ -520,7 +521,7 @@ fn read_ahead_heads_wrap_the_ring_and_survive_unpop() {
     let mut r = rig(u32::from(num), f());
     one_desc_chains(&r, num);
     let start = 65530u16;
-    r.ring = Vring::resume(RingLayout { num: u32::from(num), desc: DESC, avail: AVAIL, used: USED, used_log: None }, start, start, f())
+    r.ring = Vring::resume(RingLayout { num: u32::from(num), desc: DESC, avail: AVAIL, used: USED, used_log: None }, start, start, f().into())
         .unwrap();
     // Eight heads from position 65530: slots 2..8 then 0..2, crossing both
     // the ring's end and the 16-bit wrap.
@@ -552,7 +553,7 @@ fn a_fault_reading_heads_ahead_consumes_nothing() {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let mut ring = Vring::resume(RingLayout { num: 8, desc: DESC, avail, used: USED, used_log: None }, 0, 0, f()).unwrap();
+    let mut ring = Vring::resume(RingLayout { num: 8, desc: DESC, avail, used: USED, used_log: None }, 0, 0, f().into()).unwrap();
     mem.put_u16(avail + 2, 4);
     let mut iov = vec![Iov::default(); MAX_SEGMENTS];
     assert_eq!(ring.pop(&mem, &regions[..], &mut iov), Err(VringError::Fault));
