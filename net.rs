@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Virtio-net (C's `drivers/vhost/net.c`): the device and its data path,
-//! guest TX ring to tap ([`tx::TxQueue`]), tap to guest RX ring
-//! ([`rx::RxQueue`]).
+//! guest TX ring to tap ([`tx::TxBackend`]), tap to guest RX ring
+//! ([`rx::RxBackend`]).
 //!
 //! Both run in their queue's worker with the queue's lock held, do at most
 //! a weight of work per run (so one busy queue cannot monopolise its
@@ -52,7 +52,7 @@ pub(crate) const NET_FEATURES: Features = Features::from_bits(
     | mask(bit::VIRTIO_F_RING_PACKED)
     // Every queue uses buffers in the order they came (TX and RX both take
     // and return chains in ring order); a split ring then returns a run of
-    // them with one used element (`Vring::add_used`).
+    // them with one used element (`SplitRing::add_used`).
     | mask(bit::VIRTIO_F_IN_ORDER)
     // A queue reset is the driver stopping and restarting one queue through
     // the vring ioctls while the other runs, which every queue supports.

@@ -11,14 +11,14 @@
 //! stops processing that ring.
 //!
 //! No file in this folder uses the `kernel` crate. Memory is reached through
-//! the [`GuestMemory`] trait, implemented over the owner's address space by
+//! the [`UserMemory`] trait, implemented over the owner's address space by
 //! the glue layer (`tap_glue/uaccess.rs`) and over a plain buffer in the
 //! host tests (`tests/host`), so the same parsers run in the module, under
 //! `cargo test` and under cargo-fuzz. `tests/host` includes this folder as
 //! one module tree.
 //!
 //! Ring indices and flags are read and written with single-copy-atomic
-//! 16-bit accesses ([`GuestMemory::read_u16`]/[`GuestMemory::write_u16`]),
+//! 16-bit accesses ([`UserMemory::read_u16`]/[`UserMemory::write_u16`]),
 //! ordered by the barriers the virtio spec requires.
 //!
 //! - [`chain`]: descriptors, chains, iovecs, used elements, the bounded
@@ -46,5 +46,5 @@ pub(crate) mod user_memory;
 pub(crate) use chain::{positions, segments_from, Chain, ChainBuilder, IndirectTable, Iov, UsedElem, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_SEGMENTS};
 pub(crate) use error::VringError;
 pub(crate) use features::Features;
-pub(crate) use split::{RingLayout, Vring, MAX_NUM};
-pub(crate) use user_memory::{read_16_flags_first, GuestMemory, Store8};
+pub(crate) use split::{RingLayout, SplitRing, MAX_NUM};
+pub(crate) use user_memory::{read_16_flags_first, UserMemory, Store8};

@@ -10,7 +10,7 @@ use crate::tap_glue::tap::UserIov;
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 
-use crate::vring::{segments_from, GuestMemory, Iov, VringError, MAX_SEGMENTS};
+use crate::vring::{segments_from, UserMemory, Iov, VringError, MAX_SEGMENTS};
 
 use kernel::prelude::*;
 
@@ -81,7 +81,7 @@ impl Weight {
 /// buffers arrived meanwhile: the run goes on, but the retry is charged to
 /// its weight, so a guest flipping `avail->idx` cannot keep the worker
 /// looping. False: the run ends until the kick.
-pub(super) fn ring_ran_dry<B: Backend, M: GuestMemory>(
+pub(super) fn ring_ran_dry<B: Backend, M: UserMemory>(
     active: &mut ActiveRing<'_, B>,
     mem: &M,
     weight: &mut Weight,
@@ -107,7 +107,7 @@ pub(super) fn to_user_iov(iov: &[Iov], skip: u64, uiov: &mut [UserIov]) -> usize
 }
 
 /// Writes `data` at byte `offset` of the buffer described by `iov`.
-pub(super) fn write_iov<M: GuestMemory>(mem: &M, iov: &[Iov], offset: u64, data: &[u8]) -> Result<(), VringError> {
+pub(super) fn write_iov<M: UserMemory>(mem: &M, iov: &[Iov], offset: u64, data: &[u8]) -> Result<(), VringError> {
     let mut done = 0usize;
     for seg in segments_from(iov, offset) {
         if done == data.len() {

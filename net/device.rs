@@ -23,7 +23,7 @@ use crate::tap_glue::{file_poll, misc_node};
 
 use crate::tap_glue::misc_node::{MiscNode, PollWait, PollableDevice, DYNAMIC_MINOR, VHOST_NET_MINOR};
 
-use crate::net::{rx::RxQueue, tx::TxQueue, QUEUES, RX_INDEX, TX_INDEX};
+use crate::net::{rx::RxBackend, tx::TxBackend, QUEUES, RX_INDEX, TX_INDEX};
 use crate::vhost::uapi::*;
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::VirtQueue;
@@ -78,8 +78,8 @@ fn dropin_node(drop_in: u32) -> Result<Option<Pin<KBox<MiscNode<VhostNet>>>>> {
 
 /// The workers of a device with an owner.
 struct Workers {
-    _rx: Worker<VirtQueue<RxQueue>>,
-    _tx: Worker<VirtQueue<TxQueue>>,
+    _rx: Worker<VirtQueue<RxBackend>>,
+    _tx: Worker<VirtQueue<TxBackend>>,
 }
 
 /// One open `/dev/vhost-net-rs`.
@@ -91,8 +91,8 @@ struct Workers {
 pub(crate) struct VhostNet {
     #[pin]
     state: Mutex<DevState<Workers>>,
-    rx: Arc<VirtQueue<RxQueue>>,
-    tx: Arc<VirtQueue<TxQueue>>,
+    rx: Arc<VirtQueue<RxBackend>>,
+    tx: Arc<VirtQueue<TxBackend>>,
     /// The queues' device IOTLB misses, on their way to `read()`.
     channel: Arc<MissChannel<QUEUES>>,
 }
@@ -143,8 +143,8 @@ impl VhostNet {
         let st = self.state.lock();
         let owner = st.check_owner()?;
         match file.index {
-            RX_INDEX => attach(&self.rx, file.fd, RxQueue::new, &owner),
-            TX_INDEX => attach(&self.tx, file.fd, TxQueue::new, &owner),
+            RX_INDEX => attach(&self.rx, file.fd, RxBackend::new, &owner),
+            TX_INDEX => attach(&self.tx, file.fd, TxBackend::new, &owner),
             _ => Err(errno!(ENOBUFS)),
         }
     }

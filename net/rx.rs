@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Virtio-net RX: the tap to the guest's RX ring ([`RxQueue`]), in the
+//! Virtio-net RX: the tap to the guest's RX ring ([`RxBackend`]), in the
 //! queue's worker with the queue's lock held (C's `handle_rx`).
 
 use crate::vring::Features;
@@ -15,7 +15,7 @@ use crate::tap_glue::tap::{TapSocket, UserIov};
 use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::net::{MAX_BATCH, MAX_RX_HEADS};
-use crate::vring::{positions, GuestMemory, UsedElem, VringError};
+use crate::vring::{positions, UserMemory, UsedElem, VringError};
 use crate::tap_glue::worker::Waker;
 use kernel::{
     fs::File,
@@ -26,7 +26,7 @@ use super::datapath::*;
 
 /// The RX side of a tap: the socket's queued packets, and the poll that
 /// wakes the worker when packets arrive.
-pub(crate) struct RxQueue {
+pub(crate) struct RxBackend {
     batch: RxBatch,
     /// Set once attached ([`Backend::enable`]).
     poll: Option<Pin<KBox<FilePoll>>>,
@@ -37,7 +37,7 @@ pub(crate) struct RxScratch {
     uiov: KVec<UserIov>,
 }
 
-impl RxQueue {
+impl RxBackend {
     /// The RX side of the tap behind `file`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
         Ok(Self { batch: RxBatch::new(TapSocket::new(file)?)?, poll: None })
@@ -85,8 +85,8 @@ enum Gather {
 /// buffers, up to `MAX_RX_HEADS` chains (and as many segments) with them.
 /// Their used elements go to `active.heads[first..]`. On error every chain
 /// taken is put back; so are they with [`Gather::Empty`].
-fn gather_rx<M: GuestMemory, T: Translate + ?Sized>(
-    active: &mut ActiveRing<'_, RxQueue>,
+fn gather_rx<M: UserMemory, T: Translate + ?Sized>(
+    active: &mut ActiveRing<'_, RxBackend>,
     mem: &M,
     space: &T,
     first: usize,
@@ -116,14 +116,14 @@ fn gather_rx<M: GuestMemory, T: Translate + ?Sized>(
         // A chain the device cannot write into: readable buffers, or no
         // writable bytes at all (the C driver's "unexpected descriptor
         // format for RX"). It must not count in num_buffers.
-        if chain.out != 0 || chain.inn == 0 {
+        if chain.readable != 0 || chain.writable == 0 {
             active.ring.unpop(positions(&active.heads[first..first + heads]) + u32::from(chain.positions));
-            return Err(if chain.out != 0 { VringError::WrongDirection } else { VringError::EmptyRxBuffer });
+            return Err(if chain.readable != 0 { VringError::WrongDirection } else { VringError::EmptyRxBuffer });
         }
-        let take = core::cmp::min(chain.in_len, need - got);
+        let take = core::cmp::min(chain.writable_len, need - got);
         active.heads[first + heads] = UsedElem::of(&chain, take as u32);
-        got += chain.in_len;
-        segs += chain.inn;
+        got += chain.writable_len;
+        segs += chain.writable;
         heads += 1;
     }
     Ok(Gather::Ready { heads, segs })
@@ -132,8 +132,8 @@ fn gather_rx<M: GuestMemory, T: Translate + ?Sized>(
 /// Tap to guest, one run, over the ring memory `mem` with buffer addresses
 /// translated through `space`. Returns true if it stopped because of the
 /// weight.
-fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
-    active: &mut ActiveRing<'_, RxQueue>,
+fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
+    active: &mut ActiveRing<'_, RxBackend>,
     mem: &M,
     space: &T,
 ) -> Result<bool, VringError> {
@@ -243,7 +243,7 @@ fn handle_rx<M: GuestMemory, T: Translate + ?Sized>(
     result.and_then(|more| published.map(|()| more))
 }
 
-impl Backend for RxQueue {
+impl Backend for RxBackend {
     /// One packet's buffers after up to `MAX_BATCH` unpublished ones.
     const HEADS: usize = MAX_RX_HEADS + MAX_BATCH;
     type Scratch = RxScratch;
@@ -268,10 +268,10 @@ impl Backend for RxQueue {
     }
 
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
-        struct Run<'r, 'a>(&'r mut ActiveRing<'a, RxQueue>);
+        struct Run<'r, 'a>(&'r mut ActiveRing<'a, RxBackend>);
         impl OnRingMemory for Run<'_, '_> {
             type Output = Result<bool, VringError>;
-            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
                 handle_rx(self.0, mem, translate)
             }
         }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Virtio-net TX: the guest's TX ring to the tap ([`TxQueue`]), in the
+//! Virtio-net TX: the guest's TX ring to the tap ([`TxBackend`]), in the
 //! queue's worker with the queue's lock held (C's `handle_tx`).
 
 use crate::vring::Features;
@@ -16,7 +16,7 @@ use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::net::MAX_BATCH;
-use crate::vring::{Chain, GuestMemory, Iov, UsedElem, VringError};
+use crate::vring::{Chain, UserMemory, Iov, UsedElem, VringError};
 use crate::tap_glue::worker::Waker;
 use kernel::{
     fs::File,
@@ -44,7 +44,7 @@ impl TxTally {
 /// The TX side of a tap: the socket, and a poll for send space. As in the
 /// C driver the poll is armed when the backend is attached and whenever the
 /// tap refuses a packet, and dropped when a run starts.
-pub(crate) struct TxQueue {
+pub(crate) struct TxBackend {
     sock: TapSocket,
     space: Option<Pin<KBox<FilePoll>>>,
 }
@@ -66,7 +66,7 @@ impl TxScratch {
     }
 }
 
-impl TxQueue {
+impl TxBackend {
     /// The TX side of the tap behind `file`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
         Ok(Self { sock: TapSocket::new(file)?, space: None })
@@ -115,16 +115,16 @@ fn tx_one(
     format: TxFormat,
     tally: &mut TxTally,
 ) -> Result<TxStep, VringError> {
-    if chain.inn != 0 {
+    if chain.writable != 0 {
         return Err(VringError::WrongDirection);
     }
     let TxFormat { hdr, batch_headroom } = format;
     let vhost_hlen = hdr.vhost as u64;
-    if chain.out_len < vhost_hlen {
+    if chain.readable_len < vhost_hlen {
         return Err(VringError::ShortPacket);
     }
-    let len = (chain.out_len - vhost_hlen) as usize;
-    let readable = &iov[..chain.out];
+    let len = (chain.readable_len - vhost_hlen) as usize;
+    let readable = &iov[..chain.readable];
     if let Some(headroom) = batch_headroom {
         // A full batch goes first: one call of `add` (inlined here) below.
         if scratch.batch.is_full() {
@@ -165,8 +165,8 @@ fn tx_one(
 /// Guest to tap, one run, over the ring memory `mem` with buffer addresses
 /// translated through `space`. Returns true if it stopped because of the
 /// weight.
-fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
-    active: &mut ActiveRing<'_, TxQueue>,
+fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
+    active: &mut ActiveRing<'_, TxBackend>,
     mem: &M,
     space: &T,
 ) -> Result<bool, VringError> {
@@ -236,7 +236,7 @@ fn handle_tx<M: GuestMemory, T: Translate + ?Sized>(
     result.and_then(|more| published.map(|()| more))
 }
 
-impl Backend for TxQueue {
+impl Backend for TxBackend {
     const HEADS: usize = MAX_BATCH;
     type Scratch = TxScratch;
     type Config = NetConfig;
@@ -261,10 +261,10 @@ impl Backend for TxQueue {
     }
 
     fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
-        struct Run<'r, 'a>(&'r mut ActiveRing<'a, TxQueue>);
+        struct Run<'r, 'a>(&'r mut ActiveRing<'a, TxBackend>);
         impl OnRingMemory for Run<'_, '_> {
             type Output = Result<bool, VringError>;
-            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
                 handle_tx(self.0, mem, translate)
             }
         }

@@ -15,7 +15,7 @@ use kernel::mm::Mm;
 use crate::tap_glue::compat;
 use crate::vring::dirty_log::{LogBitmap, LogError};
 use crate::tap_glue::shim;
-use crate::vring::{GuestMemory, Store8, VringError};
+use crate::vring::{UserMemory, Store8, VringError};
 use core::{
     mem::MaybeUninit,
     sync::atomic::{AtomicUsize, Ordering},
@@ -79,7 +79,7 @@ fn uptr(addr: u64) -> Result<UserPtr, VringError> {
     usize::try_from(addr).map(UserPtr::from_addr).map_err(|_| VringError::Fault)
 }
 
-impl GuestMemory for OwnerMem {
+impl UserMemory for OwnerMem {
     type Owner = Self;
 
     fn owner(&self) -> &Self {
@@ -262,7 +262,7 @@ impl OwnerMem {
 
     /// Copies `dst.len()` bytes from the owner's address `addr` into `dst`,
     /// with the C shim's inlined `_copy_from_user`: the TX path's packet
-    /// copy, and [`GuestMemory::read`]'s, where the `UserSlice` path costs
+    /// copy, and [`UserMemory::read`]'s, where the `UserSlice` path costs
     /// about 45 instructions more per call (see `vnr_copy_from_user`).
     /// `EFAULT` if any byte could not be read; the rest of `dst` is then
     /// zeroed. Only written to, never read: `dst` may be uninitialised.

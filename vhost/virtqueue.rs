@@ -58,7 +58,7 @@ use crate::vring::ring::Ring;
 use crate::tap_glue::uaccess::user_limit;
 
 use crate::vring::split::parts_end_below;
-use crate::vring::{Iov, UsedElem, Vring, VringError};
+use crate::vring::{Iov, UsedElem, SplitRing, VringError};
 mod config;
 mod run;
 
@@ -209,7 +209,7 @@ impl RingAddr {
     /// that wraps past 2^64 would overflow them (a panic with the kernel's
     /// overflow checks), where C's sums would wrap.
     fn end_below(&self, num: u32, packed: bool, limit: u64) -> bool {
-        let sizes = if packed { PackedRing::sizes(num) } else { Vring::sizes(num, true) };
+        let sizes = if packed { PackedRing::sizes(num) } else { SplitRing::sizes(num, true) };
         parts_end_below((self.desc, self.avail, self.used), sizes, limit)
     }
 }

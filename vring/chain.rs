@@ -8,7 +8,7 @@
 use super::mem_table::{Access, Translate};
 use super::error::VringError;
 use super::split::USED_ELEM_SIZE;
-use super::user_memory::GuestMemory;
+use super::user_memory::UserMemory;
 
 /// `VRING_DESC_F_NEXT`.
 pub(crate) const DESC_F_NEXT: u16 = 1;
@@ -68,7 +68,7 @@ pub(crate) struct UsedElem {
 impl UsedElem {
     /// The used element that returns `chain` with `len` bytes written.
     pub(crate) fn of(chain: &Chain, len: u32) -> Self {
-        UsedElem { head: chain.head, len, positions: chain.positions, complete: u64::from(len) == chain.in_len }
+        UsedElem { head: chain.head, len, positions: chain.positions, complete: u64::from(len) == chain.writable_len }
     }
 
     /// `struct vring_used_elem` in a split ring: the head as a 32-bit id,
@@ -78,7 +78,7 @@ impl UsedElem {
     }
 }
 
-/// The ring positions `elems` took: what [`Vring::unpop`] (or the packed
+/// The ring positions `elems` took: what [`SplitRing::unpop`] (or the packed
 /// ring's) must move back to put them all back.
 #[inline]
 pub(crate) fn positions(elems: &[UsedElem]) -> u32 {
@@ -136,17 +136,22 @@ impl Iterator for SegmentsFrom<'_> {
 
 /// A chain taken from the avail ring.
 ///
-/// `iov[..out]` are the device-readable segments and `iov[out..out + inn]` the
-/// device-writable ones, in chain order. `positions` is how many ring
+/// `iov[..readable]` are the device-readable segments and
+/// `iov[readable..readable + writable]` the device-writable ones, in chain
+/// order. `positions` is how many ring
 /// positions it took (1 in a split ring, its descriptors in a packed one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Chain {
     pub(crate) head: u16,
     pub(crate) positions: u16,
-    pub(crate) out: usize,
-    pub(crate) inn: usize,
-    pub(crate) out_len: u64,
-    pub(crate) in_len: u64,
+    /// Device-readable segments: `iov[..readable]`.
+    pub(crate) readable: usize,
+    /// Device-writable segments: `iov[readable..readable + writable]`.
+    pub(crate) writable: usize,
+    /// Bytes in the readable segments.
+    pub(crate) readable_len: u64,
+    /// Bytes in the writable segments.
+    pub(crate) writable_len: u64,
 }
 
 /// An indirect table, checked once per chain: its descriptor count and,
@@ -188,7 +193,7 @@ impl IndirectTable {
     }
 
     /// The 16 bytes of descriptor `i` (below [`IndirectTable::count`]).
-    pub(crate) fn entry<M: GuestMemory, T: Translate + ?Sized>(
+    pub(crate) fn entry<M: UserMemory, T: Translate + ?Sized>(
         &self,
         mem: &M,
         space: &T,
@@ -210,7 +215,7 @@ impl IndirectTable {
 /// address `table` (through `space`), for a table that crosses memory
 /// regions or IOTLB mappings. Both ring formats use 16-byte descriptors,
 /// laid out differently.
-fn read_indirect_bytes<M: GuestMemory, T: Translate + ?Sized>(
+fn read_indirect_bytes<M: UserMemory, T: Translate + ?Sized>(
     mem: &M,
     space: &T,
     table: u64,
@@ -293,11 +298,11 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
         })?;
         let added = self.nseg - before;
         if writable {
-            self.chain.inn += added;
-            self.chain.in_len += len;
+            self.chain.writable += added;
+            self.chain.writable_len += len;
         } else {
-            self.chain.out += added;
-            self.chain.out_len += len;
+            self.chain.readable += added;
+            self.chain.readable_len += len;
         }
         Ok(())
     }

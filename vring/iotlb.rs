@@ -25,7 +25,7 @@
 //! host), allocated once at its full size.
 
 use crate::vring::mem_table::{Access, Segment, Translate, TranslateError};
-use crate::vring::{read_16_flags_first, GuestMemory, VringError};
+use crate::vring::{read_16_flags_first, UserMemory, VringError};
 use core::cell::Cell;
 use core::ops::DerefMut;
 
@@ -612,7 +612,7 @@ pub(crate) struct Translated<'a, M, T: ?Sized> {
     space: &'a T,
 }
 
-impl<'a, M: GuestMemory, T: Translate + ?Sized> Translated<'a, M, T> {
+impl<'a, M: UserMemory, T: Translate + ?Sized> Translated<'a, M, T> {
     /// The owner address of the 16 bytes at `addr`, if one mapping holds
     /// them all (nearly always, for a descriptor).
     fn one_piece_16(&self, addr: u64) -> Result<Option<u64>, VringError> {
@@ -642,7 +642,7 @@ impl<'a, M: GuestMemory, T: Translate + ?Sized> Translated<'a, M, T> {
     }
 }
 
-impl<M: GuestMemory, T: Translate + ?Sized> GuestMemory for Translated<'_, M, T> {
+impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
     type Owner = M;
 
     fn owner(&self) -> &M {

@@ -29,7 +29,7 @@ use crate::vring::dirty_log::{LogError, WriteLog};
 use crate::vring::mem_table::Translate;
 use crate::vring::staged::Staged;
 use crate::vring::{
-    positions, Chain, ChainBuilder, GuestMemory, IndirectTable, Iov, Features, RingLayout,
+    positions, Chain, ChainBuilder, UserMemory, IndirectTable, Iov, Features, RingLayout,
     Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
 
@@ -51,7 +51,7 @@ const WRAP_BIT: u16 = 1 << 15;
 const DESC_LEN_OFFSET: u64 = 8;
 const DESC_FLAGS_OFFSET: u64 = 14;
 /// Used descriptors after a batch's first written in one user access
-/// ([`GuestMemory::write_8_each`], or [`GuestMemory::write_8_spaced`],
+/// ([`UserMemory::write_8_each`], or [`UserMemory::write_8_spaced`],
 /// whose runs also end at the ring's end).
 const USED_STORES: usize = 32;
 /// Byte offsets inside an event suppression area
@@ -99,7 +99,7 @@ fn is_avail(flags: u16, wrap: bool) -> bool {
 }
 
 /// The last 8 bytes of a used descriptor (length, id, flags) returning
-/// `elem` in the lap `wrap`: what [`GuestMemory::write_8`] stores.
+/// `elem` in the lap `wrap`: what [`UserMemory::write_8`] stores.
 fn used_entry(elem: &UsedElem, wrap: bool) -> [u8; 8] {
     LapFlags::of(wrap).entry(elem).to_ne_bytes()
 }
@@ -121,7 +121,7 @@ impl LapFlags {
     }
 
     /// [`used_entry`] as the value whose native bytes it is: what
-    /// [`GuestMemory::write_8_spaced`] stores. `WRITE` is set if the device
+    /// [`UserMemory::write_8_spaced`] stores. `WRITE` is set if the device
     /// wrote `len > 0` bytes: a used descriptor's length means something
     /// only with it (section 2.8.5). Its bit comes from the comparison,
     /// without a branch.
@@ -296,7 +296,7 @@ impl PackedRing {
         avail.distance_from(used, num).is_some()
     }
 
-    /// See [`crate::vring::Vring::set_features`].
+    /// See [`crate::vring::SplitRing::set_features`].
     pub(crate) fn set_features(&mut self, features: Features) {
         if features.event_idx() != self.features.event_idx() {
             self.signalled_valid = false;
@@ -329,20 +329,20 @@ impl PackedRing {
     /// Logs a write of `len` bytes at byte `offset` of the area whose
     /// guest-physical address is `gpa`, once the write is visible; as in
     /// the split ring, a log that cannot be written does not stop the ring.
-    fn log<M: GuestMemory, L: WriteLog>(mem: &M, log: &L, gpa: Option<u64>, offset: u64, len: u64) {
+    fn log<M: UserMemory, L: WriteLog>(mem: &M, log: &L, gpa: Option<u64>, offset: u64, len: u64) {
         let Some(gpa) = gpa.and_then(|gpa| gpa.checked_add(offset)) else { return };
         mem.wmb();
         let _unwritable: Result<(), LogError> = log.mark(gpa, len);
     }
 
     /// Whether the descriptor at `at` is available.
-    fn avail_at<M: GuestMemory>(&self, mem: &M, at: Position) -> Result<bool, VringError> {
+    fn avail_at<M: UserMemory>(&self, mem: &M, at: Position) -> Result<bool, VringError> {
         let flags = mem.read_u16(self.desc_addr(at.index) + DESC_FLAGS_OFFSET)?;
         Ok(is_avail(flags, at.wrap))
     }
 
     /// Whether a chain is available at the next avail position.
-    pub(crate) fn has_avail<M: GuestMemory>(&self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn has_avail<M: UserMemory>(&self, mem: &M) -> Result<bool, VringError> {
         self.avail_at(mem, self.next_avail)
     }
 
@@ -355,7 +355,7 @@ impl PackedRing {
     /// `len / 16` descriptors are all its buffers; its buffer id is the last
     /// descriptor's. On error nothing is consumed.
     #[inline(always)]
-    pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
+    pub(crate) fn pop<M: UserMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,
         space: &T,
@@ -460,7 +460,7 @@ impl PackedRing {
     /// refused ([`VringError::BadUsed`]), also unseen: only the used
     /// descriptors of its leading chains of one position may have been
     /// written by then, at positions still in flight.
-    pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
+    pub(crate) fn add_used<M: UserMemory, L: WriteLog>(
         &mut self,
         mem: &M,
         log: &L,
@@ -472,7 +472,7 @@ impl PackedRing {
         })
     }
 
-    fn write_used<M: GuestMemory, L: WriteLog>(
+    fn write_used<M: UserMemory, L: WriteLog>(
         &mut self,
         mem: &M,
         log: &L,
@@ -523,7 +523,7 @@ impl PackedRing {
     /// but a batch's first; returns the position after them. They go out
     /// [`USED_STORES`] at a time, each store still one single-copy-atomic
     /// 8 bytes. The caller checked that they fit what is in flight.
-    fn write_rest<M: GuestMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, VringError> {
+    fn write_rest<M: UserMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, VringError> {
         let ring_len = DESC_SIZE * u64::from(self.num);
         let mut stores = Staged::<Store8, USED_STORES>::new();
         let mut at = from;
@@ -554,7 +554,7 @@ impl PackedRing {
     /// instructions per packet down to 29, the shim's loop included), and
     /// without a pass over the batch to learn that they all are.
     /// The caller checked that `rest` fits what is in flight if they are.
-    fn write_rest_adjacent<M: GuestMemory>(
+    fn write_rest_adjacent<M: UserMemory>(
         &self,
         mem: &M,
         from: Position,
@@ -582,7 +582,7 @@ impl PackedRing {
 
     /// Logs the descriptors from `from` up to (not including) `to`, a span
     /// of at most one lap.
-    fn log_span<M: GuestMemory, L: WriteLog>(&self, mem: &M, log: &L, from: Position, to: Position) {
+    fn log_span<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, from: Position, to: Position) {
         if self.desc_log.is_none() {
             return;
         }
@@ -599,7 +599,7 @@ impl PackedRing {
     /// last check, following the driver event area: `DISABLE`, `ENABLE`,
     /// or with event-idx `DESC`, an interrupt once the used descriptor at
     /// its position is written.
-    pub(crate) fn should_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
         // The used descriptors must be visible before reading the guest's
         // suppression state (section 2.8.21.3).
         mem.mb();
@@ -642,7 +642,7 @@ impl PackedRing {
     /// available. Returns true if a chain is available there already (the
     /// caller must then go on, and charge the retry to its weight). Chains
     /// seen and put back do not count, as in the split ring.
-    pub(crate) fn enable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
         let unseen = self.next_avail.advance(self.seen_ahead, self.num);
         if self.features.event_idx() {
             mem.write_u16(self.device + EVENT_OFF_WRAP_OFFSET, unseen.encode())?;
@@ -671,7 +671,7 @@ impl PackedRing {
     /// the RX worker per packet. So `DISABLE` is written, once: the flags
     /// written are remembered (QEMU's packed rings write it on every
     /// disable).
-    pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
         if self.features.event_idx() && self.device_flags == Some(EVENT_FLAG_DESC) {
             return Ok(());
         }
@@ -683,7 +683,7 @@ impl PackedRing {
     /// the callers, which nearly always find the flags written already (a
     /// call per enable and disable, `scripts/profile --insns`).
     #[inline(always)]
-    fn set_device_flags<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
+    fn set_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
         if self.device_flags == Some(flags) {
             return Ok(());
         }
@@ -691,7 +691,7 @@ impl PackedRing {
     }
 
     #[inline(never)]
-    fn write_device_flags<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
+    fn write_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
         // Unknown until the write is done, should it fault.
         self.device_flags = None;
         mem.write_u16(self.device + EVENT_FLAGS_OFFSET, flags)?;

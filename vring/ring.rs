@@ -11,12 +11,12 @@
 use crate::vring::dirty_log::WriteLog;
 use crate::vring::mem_table::Translate;
 use crate::vring::packed::PackedRing;
-use crate::vring::{Chain, GuestMemory, Iov, Features, UsedElem, Vring, VringError};
+use crate::vring::{Chain, UserMemory, Iov, Features, UsedElem, SplitRing, VringError};
 
 /// A running ring of either format.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Ring {
-    Split(Vring),
+    Split(SplitRing),
     Packed(PackedRing),
 }
 
@@ -52,17 +52,17 @@ impl Ring {
     }
 
     /// Whether the guest has made buffers available that were not taken.
-    pub(crate) fn has_avail<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn has_avail<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
         match self {
             Ring::Split(ring) => Ok(ring.refresh_avail(mem)? != 0),
             Ring::Packed(ring) => ring.has_avail(mem),
         }
     }
 
-    /// Takes the next available chain; see [`Vring::pop`]. Inlined into
+    /// Takes the next available chain; see [`SplitRing::pop`]. Inlined into
     /// each backend's loop, its one caller per memory kind.
     #[inline(always)]
-    pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
+    pub(crate) fn pop<M: UserMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,
         space: &T,
@@ -85,7 +85,7 @@ impl Ring {
     }
 
     /// Returns popped chains to the guest.
-    pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
+    pub(crate) fn add_used<M: UserMemory, L: WriteLog>(
         &mut self,
         mem: &M,
         log: &L,
@@ -99,7 +99,7 @@ impl Ring {
 
     /// Whether the guest wants an interrupt for what was used since the
     /// last check.
-    pub(crate) fn should_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
         match self {
             Ring::Split(ring) => ring.should_notify(mem),
             Ring::Packed(ring) => ring.should_notify(mem),
@@ -107,8 +107,8 @@ impl Ring {
     }
 
     /// Asks the guest to kick again; true if buffers it had not seen arrived
-    /// meanwhile (see [`Vring::enable_notify`]).
-    pub(crate) fn enable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
+    /// meanwhile (see [`SplitRing::enable_notify`]).
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
         match self {
             Ring::Split(ring) => ring.enable_notify(mem, log),
             Ring::Packed(ring) => ring.enable_notify(mem, log),
@@ -116,7 +116,7 @@ impl Ring {
     }
 
     /// Asks the guest not to kick while the device polls the ring.
-    pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
         match self {
             Ring::Split(ring) => ring.disable_notify(mem, log),
             Ring::Packed(ring) => ring.disable_notify(mem, log),

@@ -71,7 +71,7 @@ impl AvailHeads {
 /// its start cannot overflow. `last_avail_idx` only moves past entries that
 /// were parsed without error.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Vring {
+pub(crate) struct SplitRing {
     /// `num - 1`: ring positions are indices masked with it.
     mask: u16,
     desc: u64,
@@ -94,7 +94,7 @@ pub(crate) struct Vring {
     ahead: AvailHeads,
 }
 
-/// Where a ring lives and where it resumes: what `Vring::new` needs.
+/// Where a ring lives and where it resumes: what `SplitRing::new` needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RingLayout {
     /// Entries: up to 32768 (a power of two for a split ring).
@@ -125,7 +125,7 @@ pub(crate) fn parts_end_below(starts: (u64, u64, u64), sizes: (u64, u64, u64), l
     fits(starts.0, sizes.0) && fits(starts.1, sizes.1) && fits(starts.2, sizes.2)
 }
 
-impl Vring {
+impl SplitRing {
     /// A ring at `layout`, resuming at avail index `base`, with the guest's
     /// used index at `used_idx` (read when the backend was attached, as
     /// `vhost_vq_init_access` does). `None` unless `layout.num` is a power of
@@ -141,7 +141,7 @@ impl Vring {
             return None;
         }
         let mask = (num - 1) as u16;
-        Some(Vring {
+        Some(SplitRing {
             mask,
             desc: layout.desc,
             avail: layout.avail,
@@ -162,7 +162,7 @@ impl Vring {
     /// `log_used`). As in C, a log that cannot be written does not stop
     /// the ring: the bitmap's room was checked when it was set, so only the
     /// owner unmapping it makes this fail, and the owner then reads no log.
-    fn log_used<M: GuestMemory, L: WriteLog>(&self, mem: &M, log: &L, offset: u64, len: u64) -> Result<(), VringError> {
+    fn log_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, offset: u64, len: u64) -> Result<(), VringError> {
         let Some(used_gpa) = self.used_log else { return Ok(()) };
         mem.wmb();
         if let Some(gpa) = used_gpa.checked_add(offset) {
@@ -252,7 +252,7 @@ impl Vring {
 
     /// Reads `avail->idx` and checks it. Returns how many entries are
     /// available. A jump of more than `num` is a malformed ring.
-    pub(crate) fn refresh_avail<M: GuestMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+    pub(crate) fn refresh_avail<M: UserMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
         let idx = mem.read_u16(self.avail_idx_addr())?;
         let pending = idx.wrapping_sub(self.last_avail_idx);
         if u64::from(pending) > self.num64() {
@@ -268,7 +268,7 @@ impl Vring {
     ///
     /// On error nothing is consumed: `last_avail_idx` is unchanged.
     #[inline(always)]
-    pub(crate) fn pop<M: GuestMemory, T: Translate + ?Sized>(
+    pub(crate) fn pop<M: UserMemory, T: Translate + ?Sized>(
         &mut self,
         mem: &M,
         space: &T,
@@ -293,18 +293,18 @@ impl Vring {
     /// [`HEAD_AHEAD`], the last one `avail_idx` covers, and the end of the
     /// ring.
     #[inline(always)]
-    fn avail_head<M: GuestMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+    fn avail_head<M: UserMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
         match self.ahead.get(self.last_avail_idx) {
             Some(head) => Ok(head),
             None => self.read_heads(mem),
         }
     }
 
-    /// [`Vring::avail_head`] past the heads read ahead: reads the head at
+    /// [`SplitRing::avail_head`] past the heads read ahead: reads the head at
     /// `last_avail_idx` and the ones after it. Out of line, so that the
     /// usual case, a head read ahead, stays a few inlined instructions.
     #[inline(never)]
-    fn read_heads<M: GuestMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+    fn read_heads<M: UserMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
         let pending = usize::from(self.avail_idx.wrapping_sub(self.last_avail_idx));
         let to_end = self.num64() - u64::from(self.last_avail_idx & self.mask);
         let count = pending.min(HEAD_AHEAD).min(to_end as usize);
@@ -344,14 +344,14 @@ impl Vring {
         self.last_avail_idx = self.last_avail_idx.wrapping_sub(positions as u16);
     }
 
-    fn read_desc<M: GuestMemory>(&self, mem: &M, addr: u64) -> Result<Desc, VringError> {
+    fn read_desc<M: UserMemory>(&self, mem: &M, addr: u64) -> Result<Desc, VringError> {
         Ok(Desc::parse(&mem.read_16(addr)?))
     }
 
     /// Walks the chain starting at `head`, following `next` links and at most
     /// one level of indirection.
     #[inline(always)]
-    fn walk<M: GuestMemory, T: Translate + ?Sized>(
+    fn walk<M: UserMemory, T: Translate + ?Sized>(
         &self,
         mem: &M,
         space: &T,
@@ -410,7 +410,7 @@ impl Vring {
 
     /// Adds used elements for `heads` and publishes them with one
     /// `used->idx` store.
-    pub(crate) fn add_used<M: GuestMemory, L: WriteLog>(
+    pub(crate) fn add_used<M: UserMemory, L: WriteLog>(
         &mut self,
         mem: &M,
         log: &L,
@@ -437,7 +437,7 @@ impl Vring {
 
     /// Writes one used element per chain in `heads` from `last_used_idx`
     /// on; returns the used index that publishes them.
-    fn write_used<M: GuestMemory, L: WriteLog>(&self, mem: &M, log: &L, heads: &[UsedElem]) -> Result<u16, VringError> {
+    fn write_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, heads: &[UsedElem]) -> Result<u16, VringError> {
         // Elements adjacent in the ring go out in one copy, up to
         // USED_CHUNK at a time: one user access per batch instead of one
         // per packet, as C's __vhost_add_used_n does.
@@ -467,7 +467,7 @@ impl Vring {
     /// A TX batch is then one element and RX packets one each (a packet
     /// that fills its last buffer exactly runs on into the next one's
     /// element). Returns the used index that publishes them.
-    fn write_used_in_order<M: GuestMemory, L: WriteLog>(
+    fn write_used_in_order<M: UserMemory, L: WriteLog>(
         &self,
         mem: &M,
         log: &L,
@@ -490,7 +490,7 @@ impl Vring {
 
     /// Whether the guest wants an interrupt for what was just added, following
     /// `VRING_AVAIL_F_NO_INTERRUPT` or, with event-idx, `used_event`.
-    pub(crate) fn should_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
         // The used index store must be visible before reading the guest's
         // suppression state (virtio 2.7.10).
         mem.mb();
@@ -518,11 +518,11 @@ impl Vring {
     /// read, in which case the caller must keep processing, and must charge
     /// that retry to its weight: a guest that keeps moving `avail->idx` must
     /// not keep the device looping. Entries seen before (and put back with
-    /// [`Vring::unpop`] because a packet needed more) do not count: the
+    /// [`SplitRing::unpop`] because a packet needed more) do not count: the
     /// device waits for the guest to add buffers, rather than spin on the
     /// ones that were not enough. The index read is checked and cached
     /// like any other.
-    pub(crate) fn enable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
         if self.features.event_idx() {
             mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
             self.log_used(mem, log, self.avail_event_addr() - self.used, 2)?;
@@ -539,7 +539,7 @@ impl Vring {
     }
 
     /// Asks the guest not to kick while the device is polling the ring.
-    pub(crate) fn disable_notify<M: GuestMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
         if !self.features.event_idx() {
             mem.write_u16(self.used_flags_addr(), USED_F_NO_NOTIFY)?;
             self.log_used(mem, log, 0, 2)?;

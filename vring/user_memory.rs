@@ -11,11 +11,11 @@ use super::error::VringError;
 /// parts behind the device IOTLB, I/O virtual addresses that the memory
 /// translates (`iotlb::Translated`). Implementations check them (the module
 /// through the uaccess helpers, which refuse kernel addresses).
-pub(crate) trait GuestMemory {
+pub(crate) trait UserMemory {
     /// The owner's memory itself, which the parsers read at addresses they
     /// translated already (an indirect table's).
-    type Owner: GuestMemory;
-    /// See [`GuestMemory::Owner`]: `self`, unless this memory translates.
+    type Owner: UserMemory;
+    /// See [`UserMemory::Owner`]: `self`, unless this memory translates.
     fn owner(&self) -> &Self::Owner;
     /// One single-copy-atomic 16-bit load of a little-endian value.
     fn read_u16(&self, addr: u64) -> Result<u16, VringError>;
@@ -29,7 +29,7 @@ pub(crate) trait GuestMemory {
     /// at an 8-byte-aligned `addr`: what a packed ring's used descriptor
     /// needs to appear whole, flags included.
     fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError>;
-    /// The stores of `stores`, in order, each a [`GuestMemory::write_8`]
+    /// The stores of `stores`, in order, each a [`UserMemory::write_8`]
     /// at `area + offset`, every one inside the `area_len` bytes at `area`
     /// (the rest of a packed ring's used batch, inside its descriptor
     /// ring). This default makes them one by one; the owner's memory makes
@@ -45,7 +45,7 @@ pub(crate) trait GuestMemory {
         Ok(())
     }
     /// Stores of `vals`, in order, at `addr`, `addr + spacing`, and so on,
-    /// each a [`GuestMemory::write_8`] of the value's bytes in native order
+    /// each a [`UserMemory::write_8`] of the value's bytes in native order
     /// (a packed ring's used descriptors at adjacent positions). This
     /// default makes them one by one; the owner's memory makes them in one
     /// user access.
@@ -61,7 +61,7 @@ pub(crate) trait GuestMemory {
     }
     /// Copies `buf.len()` bytes from `addr`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError>;
-    /// The 16 bytes at `addr` (a descriptor): [`GuestMemory::read`], unless
+    /// The 16 bytes at `addr` (a descriptor): [`UserMemory::read`], unless
     /// the memory has a cheaper way for this one size.
     fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
         let mut bytes = [0u8; 16];
@@ -87,7 +87,7 @@ pub(crate) trait GuestMemory {
     fn wmb(&self);
 }
 
-/// One store of [`GuestMemory::write_8_each`]: `bytes` at byte `offset`
+/// One store of [`UserMemory::write_8_each`]: `bytes` at byte `offset`
 /// of its area. Laid out as the shim's `struct vnr_store8` (12 bytes, the
 /// bytes at 4), which reads an array of them in place.
 #[repr(C)]
@@ -97,9 +97,9 @@ pub(crate) struct Store8 {
     pub(crate) bytes: [u8; 8],
 }
 
-/// [`GuestMemory::read_16_acquire`] in two reads: the flags on their own,
+/// [`UserMemory::read_16_acquire`] in two reads: the flags on their own,
 /// a read barrier, then all 16 bytes, the flags kept from the first read.
-pub(crate) fn read_16_flags_first<M: GuestMemory + ?Sized>(mem: &M, addr: u64) -> Result<[u8; 16], VringError> {
+pub(crate) fn read_16_flags_first<M: UserMemory + ?Sized>(mem: &M, addr: u64) -> Result<[u8; 16], VringError> {
     let flags = mem.read_u16(addr.checked_add(14).ok_or(VringError::Fault)?)?;
     mem.rmb();
     let mut bytes = mem.read_16(addr)?;

@@ -17,7 +17,7 @@ use crate::vring::mem_table::{self};
 use crate::vring::packed::{self, PackedRing};
 use crate::vring::ring::{Ring, RingBase};
 use crate::tap_glue::uaccess::{user_limit, OwnerMem};
-use crate::vring::{self, GuestMemory, Iov, RingLayout, UsedElem, Vring, VringError, MAX_SEGMENTS};
+use crate::vring::{self, UserMemory, Iov, RingLayout, UsedElem, SplitRing, VringError, MAX_SEGMENTS};
 use crate::tap_glue::worker::Waker;
 
 use kernel::{fs::File, prelude::*, seq_file::SeqFile, seq_print, sync::Arc};
@@ -110,7 +110,7 @@ impl<B: Backend> VqState<B> {
             return true;
         }
         let event_idx = self.features.event_idx();
-        let size = if self.packed() { PackedRing::sizes(self.num).2 } else { Vring::sizes(self.num, event_idx).2 };
+        let size = if self.packed() { PackedRing::sizes(self.num).2 } else { SplitRing::sizes(self.num, event_idx).2 };
         match used_log {
             Some(gpa) => log.covers(gpa, size, user_limit()),
             None => true,
@@ -172,7 +172,7 @@ impl<B: Backend> VqState<B> {
         struct InitAccess<'r, B: Backend>(&'r VqState<B>, &'r RingAddr, &'r OwnerMem);
         impl<B: Backend> OnRingMemory for InitAccess<'_, B> {
             type Output = Result<u16>;
-            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
                 self.0.init_access_in(mem, self.1, self.2)
             }
         }
@@ -184,7 +184,7 @@ impl<B: Backend> VqState<B> {
     }
 
     /// [`VqState::init_access`] through the ring memory `mem`.
-    fn init_access_in<M: GuestMemory>(&self, mem: &M, addr: &RingAddr, owner: &OwnerMem) -> Result<u16> {
+    fn init_access_in<M: UserMemory>(&self, mem: &M, addr: &RingAddr, owner: &OwnerMem) -> Result<u16> {
         // With the device IOTLB the driver's part is not probed (see above).
         let probe_driver = self.iotlb.is_none();
         let packed = self.packed();
@@ -193,7 +193,7 @@ impl<B: Backend> VqState<B> {
         let (device_flags, driver_probe) = if packed {
             (PackedRing::device_flags_addr_of(addr.used), PackedRing::driver_flags_addr_of(addr.avail))
         } else {
-            (Vring::used_flags_addr_of(addr.used), Vring::avail_idx_addr_of(addr.avail))
+            (SplitRing::used_flags_addr_of(addr.used), SplitRing::avail_idx_addr_of(addr.avail))
         };
         mem.write_u16(device_flags, 0).map_err(|_| EFAULT)?;
         if let Some(used_log) = self.used_log_of(addr) {
@@ -211,7 +211,7 @@ impl<B: Backend> VqState<B> {
         if packed {
             return Ok(self.used_idx);
         }
-        mem.read_u16(Vring::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
+        mem.read_u16(SplitRing::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
     }
 
     /// Where the used ring's writes are logged, if `VHOST_VRING_F_LOG` asks
@@ -268,7 +268,7 @@ impl<B: Backend> VqState<B> {
             PackedRing::resume(layout, desc_log, self.base, features).map(Ring::Packed)
         } else {
             // A size set for a packed ring before the format changed.
-            Vring::resume(layout, self.base as u16, self.used_idx, features).map(Ring::Split)
+            SplitRing::resume(layout, self.base as u16, self.used_idx, features).map(Ring::Split)
         };
         let Some(ring) = ring else {
             self.fail(VringError::BadLayout);

@@ -15,7 +15,7 @@ use crate::vring::mem_table::{self, Access, Region, Translate, TranslateError};
 use crate::vring::packed::PackedRing;
 use crate::vring::ring::Ring;
 use crate::tap_glue::uaccess::OwnerMem;
-use crate::vring::{GuestMemory, Iov, UsedElem, Vring, VringError};
+use crate::vring::{UserMemory, Iov, UsedElem, SplitRing, VringError};
 use crate::tap_glue::worker::{should_stop_polling, Waker};
 use core::cell::Cell;
 use kernel::{prelude::*, time::{Instant, Monotonic}, sync::Arc};
@@ -28,7 +28,7 @@ pub(crate) trait OnRingMemory {
     type Output;
     /// Runs with the ring's memory `mem`, whose addresses `translate`
     /// translates to the owner's.
-    fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> Self::Output;
+    fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> Self::Output;
 }
 
 /// Runs `f` on the ring's memory: the owner's, with the memory table
@@ -131,7 +131,7 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// Publishes `heads[..count]` and signals the guest if it wants to be.
     /// `mem` is the ring's memory: the owner's, or with the device IOTLB
     /// the owner's seen through it.
-    pub(crate) fn publish<M: GuestMemory>(&mut self, mem: &M, count: usize) -> Result<(), VringError> {
+    pub(crate) fn publish<M: UserMemory>(&mut self, mem: &M, count: usize) -> Result<(), VringError> {
         if count == 0 {
             return Ok(());
         }
@@ -149,7 +149,7 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// The ring is empty: asks the guest to kick again. Returns true if
     /// buffers arrived meanwhile; notifications are then off again and the
     /// caller goes on (charging the retry to its weight).
-    pub(crate) fn wait_for_kick<M: GuestMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn wait_for_kick<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
         let more = self.ring.enable_notify(mem, &self.log)?;
         if more {
             self.ring.disable_notify(mem, &self.log)?;
@@ -192,7 +192,7 @@ impl<B: Backend> ActiveRing<'_, B> {
         struct EnableNotify<'r>(&'r mut Ring, &'r RunLog<'r>);
         impl OnRingMemory for EnableNotify<'_> {
             type Output = Result<bool, VringError>;
-            fn run<M: GuestMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
                 self.0.enable_notify(mem, self.1)
             }
         }
@@ -202,7 +202,7 @@ impl<B: Backend> ActiveRing<'_, B> {
 
     /// Asks the guest not to kick while this run polls the ring
     /// (`vhost_disable_notify`).
-    pub(crate) fn disable_notify<M: GuestMemory>(&mut self, mem: &M) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory>(&mut self, mem: &M) -> Result<(), VringError> {
         self.ring.disable_notify(mem, &self.log)?;
         self.log.flush();
         Ok(())
@@ -289,7 +289,7 @@ impl<B: Backend> VqState<B> {
         let (Some(iotlb), Some(addr), Some(ring)) = (&self.iotlb, self.addr, &self.ring) else { return Ok(()) };
         let event_idx = self.features.event_idx();
         let (desc, driver, device) =
-            if ring.is_packed() { PackedRing::sizes(self.num) } else { Vring::sizes(self.num, event_idx) };
+            if ring.is_packed() { PackedRing::sizes(self.num) } else { SplitRing::sizes(self.num, event_idx) };
         iotlb::check_range(iotlb, addr.desc, desc, Access::Read)?;
         if ring.is_packed() {
             iotlb::check_range(iotlb, addr.desc, desc, Access::Write)?;

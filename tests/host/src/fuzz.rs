@@ -141,7 +141,7 @@ pub fn run(inp: Input) {
             .or_else(|| PackedRing::resume(layout, None, pos(inp.base) << 16 | pos(inp.base), feats.into()));
         Ring::Packed(ring.unwrap())
     } else {
-        Ring::Split(Vring::resume(layout, inp.base, inp.base, feats.into()).unwrap())
+        Ring::Split(SplitRing::resume(layout, inp.base, inp.base, feats.into()).unwrap())
     };
     let mut iov = vec![Iov::default(); 1 + usize::from(inp.iov_len) % MAX_SEGMENTS];
     // Chains popped and not yet returned, oldest first.
@@ -160,18 +160,18 @@ pub fn run(inp: Input) {
                     Err(_) => assert_eq!(ring.base(), before),
                     Ok(Some(c)) => {
                         assert!(u32::from(c.head) < num);
-                        assert!(c.out + c.inn <= iov.len());
-                        let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
-                        assert_eq!(total, c.out_len + c.in_len);
-                        for s in &iov[..c.out + c.inn] {
+                        assert!(c.readable + c.writable <= iov.len());
+                        let total: u64 = iov[..c.readable + c.writable].iter().map(|s| s.len).sum();
+                        assert_eq!(total, c.readable_len + c.writable_len);
+                        for s in &iov[..c.readable + c.writable] {
                             assert!(regions.iter().any(|g| s.addr >= g.uaddr() && s.addr + s.len <= g.uaddr() + g.size()));
                         }
                         // Through the IOTLB, each segment lies in one
                         // mapping that allows its access.
-                        for (i, s) in iov[..c.out + c.inn].iter().enumerate().filter(|_| through_iotlb) {
+                        for (i, s) in iov[..c.readable + c.writable].iter().enumerate().filter(|_| through_iotlb) {
                             let m = tlb.find(s.gpa).expect("a segment outside the IOTLB");
                             assert!(s.gpa + s.len - 1 <= m.last() && s.addr == m.uaddr() + (s.gpa - m.start()));
-                            let want = if i < c.out { ACCESS_RO } else { ACCESS_WO };
+                            let want = if i < c.readable { ACCESS_RO } else { ACCESS_WO };
                             assert!(m.perm() & want != 0, "segment {i} in a mapping without its access");
                         }
                         outstanding.push(UsedElem::of(&c, 0));
@@ -223,7 +223,7 @@ fn notify_op(ring: &mut Ring, mem: &TestMem, op: &Op) {
 fn run_at_the_top(inp: &Input, layout: RingLayout, packed: bool, feats: RingFeatures, regions: &[Region]) {
     let mem = TestMem::new(BASE, MEM);
     let (desc_size, avail_size, used_size) =
-        if packed { PackedRing::sizes(layout.num) } else { Vring::sizes(layout.num, true) };
+        if packed { PackedRing::sizes(layout.num) } else { SplitRing::sizes(layout.num, true) };
     // From 32 bytes past the end to 32 bytes before it.
     let slack = u64::from(inp.base % 65);
     let top = |size: u64, align: u64| 0u64.wrapping_sub(size).wrapping_add(32).wrapping_sub(slack) & !(align - 1);
@@ -236,7 +236,7 @@ fn run_at_the_top(inp: &Input, layout: RingLayout, packed: bool, feats: RingFeat
     let ring = if packed {
         PackedRing::resume(layout, None, FRESH_BASE, feats.into()).map(Ring::Packed)
     } else {
-        Vring::resume(layout, 0, 0, feats.into()).map(Ring::Split)
+        SplitRing::resume(layout, 0, 0, feats.into()).map(Ring::Split)
     };
     let Some(mut ring) = ring else { return };
     let mut iov = vec![Iov::default(); 16];

@@ -217,7 +217,7 @@ fn one_miss_per_queue_answered_once_read() {
 #[test]
 fn translated_memory_maps_ring_accesses() {
     use crate::testmem::TestMem;
-    use crate::vring::{GuestMemory, VringError};
+    use crate::vring::{UserMemory, VringError};
     let mem = TestMem::new(0x10000, 0x4000);
     let mut t = table(8);
     // Two IOVA pages backed by owner pages in the reverse order, and a

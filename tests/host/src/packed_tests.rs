@@ -262,8 +262,8 @@ fn chains_across_a_thousand_wraps() {
                 assert_eq!(chain.positions as usize, bufs.len());
                 let out: u64 = bufs.iter().filter(|b| !b.2).map(|b| u64::from(b.1)).sum();
                 let inn: u64 = bufs.iter().filter(|b| b.2).map(|b| u64::from(b.1)).sum();
-                assert_eq!((chain.out_len, chain.in_len), (out, inn));
-                used.push(UsedElem::of(&chain, chain.in_len as u32));
+                assert_eq!((chain.readable_len, chain.writable_len), (out, inn));
+                used.push(UsedElem::of(&chain, chain.writable_len as u32));
             }
             assert_eq!(r.pop().unwrap(), None);
             used.reverse();
@@ -431,7 +431,7 @@ fn indirect_tables_ignore_reserved_flags() {
     let id = r.driver.post_indirect(&r.mem, TABLES, &bufs);
     let chain = r.pop().unwrap().unwrap();
     // All three entries, though each says NEXT and INDIRECT.
-    assert_eq!((chain.head, chain.positions, chain.out, chain.inn, chain.out_len, chain.in_len), (id, 1, 2, 1, 30, 30));
+    assert_eq!((chain.head, chain.positions, chain.readable, chain.writable, chain.readable_len, chain.writable_len), (id, 1, 2, 1, 30, 30));
     assert_eq!(r.iov[2], Iov { gpa: 0xa000, addr: BASE + 0xa000, len: 30 });
     // Readable after writable inside a table is still refused.
     let mut r = rig(8, f());
@@ -448,8 +448,8 @@ fn layouts_past_the_end_of_the_64_bit_space_are_refused() {
     // at 2^64 - 16 overflowed a packed pop).
     let top = |size: u64| 0u64.wrapping_sub(size);
     let split = |desc, avail, used| RingLayout { num: 8, desc, avail, used, used_log: None };
-    let (desc, avail, used) = Vring::sizes(8, true);
-    let fits = |layout| Vring::resume(layout, 0, 0, f().into()).is_some();
+    let (desc, avail, used) = SplitRing::sizes(8, true);
+    let fits = |layout| SplitRing::resume(layout, 0, 0, f().into()).is_some();
     assert!(fits(split(DESC, DRIVER, DEVICE)));
     assert!(!fits(split(top(desc), DRIVER, DEVICE)));
     assert!(!fits(split(DESC, top(avail), DEVICE)));
@@ -649,7 +649,7 @@ fn one_sequence_on_both_formats() {
         let mut ring = if packed {
             Ring::Packed(PackedRing::resume(layout(8), None, FRESH_BASE, f().into()).unwrap())
         } else {
-            Ring::Split(Vring::resume(split_layout, 0, 0, f().into()).unwrap())
+            Ring::Split(SplitRing::resume(split_layout, 0, 0, f().into()).unwrap())
         };
         let mut split_idx = 0u16;
         let mut post = |mem: &TestMem, driver: &mut Driver| {
@@ -674,7 +674,7 @@ fn one_sequence_on_both_formats() {
             assert!(ring.has_avail(&mem).unwrap());
             let a = ring.pop(&mem, &regions[..], &mut iov).unwrap().unwrap();
             let b = ring.pop(&mem, &regions[..], &mut iov).unwrap().unwrap();
-            assert_eq!((a.in_len, b.in_len), (100, 100));
+            assert_eq!((a.writable_len, b.writable_len), (100, 100));
             assert_eq!(ring.pop(&mem, &regions[..], &mut iov).unwrap(), None);
             let elems = [UsedElem::of(&a, 60), UsedElem::of(&b, 60)];
             ring.unpop(positions(&elems));
@@ -726,7 +726,7 @@ fn pops_through_the_device_iotlb() {
     tlb.invalidate(IOVA + 0x2000, 1);
     tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_WO, 1 << 47).unwrap();
     let chain = r.ring.pop(&r.mem, &tlb, &mut r.iov).unwrap().unwrap();
-    assert_eq!((chain.head, chain.out, chain.inn), (id, 2, 1));
+    assert_eq!((chain.head, chain.readable, chain.writable), (id, 2, 1));
     assert_eq!(r.iov[0], Iov { gpa: IOVA + 0x7f0, addr: BASE + 0x87f0, len: 0x10 });
     assert_eq!(r.iov[1], Iov { gpa: IOVA + 0x800, addr: BASE + 0x20000, len: 0x10 });
     assert_eq!(r.iov[2], Iov { gpa: IOVA + 0x2000, addr: BASE + 0x28000, len: 0x40 });
@@ -763,7 +763,7 @@ fn ring_parts_through_the_device_iotlb() {
             for (seg, buf) in r.iov.iter().zip(bufs) {
                 assert_eq!((seg.gpa, seg.addr, seg.len), (buf.0, BASE + buf.0, u64::from(buf.1)));
             }
-            used.push(UsedElem::of(&chain, chain.in_len as u32));
+            used.push(UsedElem::of(&chain, chain.writable_len as u32));
         }
         assert_eq!(ring.pop(&view, &tlb, &mut r.iov).unwrap(), None);
         ring.add_used(&view, &NoLog, &used).unwrap();

@@ -22,7 +22,7 @@ fn parse_bench() {
     let feats = RingFeatures { event_idx: true, indirect: true, notify_on_empty: false, in_order: false };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x10_000, BASE + 0x20_000);
     let num = 256u32;
-    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, 0, 0, feats.into()).unwrap();
+    let mut ring = SplitRing::resume(RingLayout { num, desc, avail, used, used_log: None }, 0, 0, feats.into()).unwrap();
     for i in 0..num as u64 {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&(0x8000 + i * 128).to_le_bytes());
@@ -76,7 +76,7 @@ fn parse_bench_iotlb() {
     let feats = RingFeatures { event_idx: true, indirect: true, notify_on_empty: false, in_order: false };
     let (desc, avail, used) = (IOVA + 0x1000, IOVA + 0x10_000, IOVA + 0x20_000);
     let num = 256u32;
-    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, 0, 0, feats.into()).unwrap();
+    let mut ring = SplitRing::resume(RingLayout { num, desc, avail, used, used_log: None }, 0, 0, feats.into()).unwrap();
     for i in 0..num as u64 {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&(IOVA + 0x30_000 + i * 128).to_le_bytes());

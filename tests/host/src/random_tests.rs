@@ -80,10 +80,10 @@ fn random_flags(r: &mut Rng) -> u16 {
 fn check_chain(c: &Chain, num: u32, iov: &[Iov], regions: &[Region]) {
     assert!(u32::from(c.head) < num);
     assert!(c.positions >= 1);
-    assert!(c.out + c.inn <= iov.len());
-    let total: u64 = iov[..c.out + c.inn].iter().map(|s| s.len).sum();
-    assert_eq!(total, c.out_len + c.in_len);
-    for s in &iov[..c.out + c.inn] {
+    assert!(c.readable + c.writable <= iov.len());
+    let total: u64 = iov[..c.readable + c.writable].iter().map(|s| s.len).sum();
+    assert_eq!(total, c.readable_len + c.writable_len);
+    for s in &iov[..c.readable + c.writable] {
         let inside = regions.iter().any(|g| {
             s.addr >= g.uaddr()
                 && s.addr + s.len <= g.uaddr() + g.size()
@@ -133,10 +133,10 @@ fn compare_with_iotlb(
     match via_tlb {
         Ok(Some(c)) => {
             let Ok(Some(t)) = via_table else { panic!("the IOTLB accepted {c:?}, the table gave {via_table:?}") };
-            assert_eq!((c.head, c.out_len, c.in_len, c.positions), (t.head, t.out_len, t.in_len, t.positions));
-            let (outs, ins) = tlb_iov[..c.out + c.inn].split_at(c.out);
-            assert_eq!(spans(outs), spans(&table_iov[..t.out]));
-            assert_eq!(spans(ins), spans(&table_iov[t.out..t.out + t.inn]));
+            assert_eq!((c.head, c.readable_len, c.writable_len, c.positions), (t.head, t.readable_len, t.writable_len, t.positions));
+            let (outs, ins) = tlb_iov[..c.readable + c.writable].split_at(c.readable);
+            assert_eq!(spans(outs), spans(&table_iov[..t.readable]));
+            assert_eq!(spans(ins), spans(&table_iov[t.readable..t.readable + t.writable]));
             for (segments, want) in [(outs, ACCESS_RO), (ins, ACCESS_WO)] {
                 for s in segments.iter().filter(|s| s.len > 0) {
                     let m = tlb.find(s.gpa).expect("a segment outside the IOTLB");
@@ -184,7 +184,7 @@ pub fn one_state(seed: u64) -> usize {
     };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     let base = r.next() as u16;
-    let mut ring = Vring::resume(RingLayout { num, desc, avail, used, used_log: None }, base, base, feats.into()).unwrap();
+    let mut ring = SplitRing::resume(RingLayout { num, desc, avail, used, used_log: None }, base, base, feats.into()).unwrap();
     // Random bytes over the descriptor table, an indirect area and the
     // avail ring; then plausible-looking descriptors most of the time.
     junk_and_tables(&mut r, &mem, 0x3000, false);
@@ -228,12 +228,12 @@ pub fn one_state(seed: u64) -> usize {
             // read through the IOTLB as the module reads them: the same
             // result, segment for segment.
             let layout = RingLayout { num, desc: desc - BASE, avail: avail - BASE, used: used - BASE, used_log: None };
-            let mut iova_ring = Vring::resume(layout, before, ring.last_used_idx(), feats.into()).unwrap();
+            let mut iova_ring = SplitRing::resume(layout, before, ring.last_used_idx(), feats.into()).unwrap();
             let mut iova_iov = vec![Iov::default(); tlb_iov.len()];
             let via_iova = iova_ring.pop(&Translated::new(&mem, tlb), tlb, &mut iova_iov);
             assert_eq!(via_iova, via_tlb, "the ring read through the IOTLB differs");
             if let Ok(Some(c)) = via_iova {
-                assert_eq!(iova_iov[..c.out + c.inn], tlb_iov[..c.out + c.inn]);
+                assert_eq!(iova_iov[..c.readable + c.writable], tlb_iov[..c.readable + c.writable]);
             }
         });
         match via_table {

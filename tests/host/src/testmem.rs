@@ -1,5 +1,5 @@
-//! A `GuestMemory` over a plain buffer, for tests and fuzzing.
-use crate::vring::{GuestMemory, VringError};
+//! A `UserMemory` over a plain buffer, for tests and fuzzing.
+use crate::vring::{UserMemory, VringError};
 use std::cell::RefCell;
 
 /// Owner memory `[base, base + len)`, zero-filled.
@@ -40,7 +40,7 @@ impl TestMem {
     }
 }
 
-impl GuestMemory for TestMem {
+impl UserMemory for TestMem {
     type Owner = Self;
 
     fn owner(&self) -> &Self {

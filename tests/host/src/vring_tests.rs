@@ -14,7 +14,7 @@ const USED: u64 = BASE + 0x20_000;
 struct Rig {
     mem: TestMem,
     regions: Vec<Region>,
-    ring: Vring,
+    ring: SplitRing,
     num: u16,
     iov: Vec<Iov>,
 }
@@ -23,7 +23,7 @@ fn rig(num: u32, feats: RingFeatures) -> Rig {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let ring = Vring::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, feats.into()).unwrap();
+    let ring = SplitRing::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, feats.into()).unwrap();
     Rig { mem, regions, ring, num: num as u16, iov: vec![Iov::default(); MAX_SEGMENTS] }
 }
 
@@ -61,7 +61,7 @@ fn pops_a_chain_and_publishes_used() {
     r.desc(DESC, 1, 0x9000, 200, DESC_F_WRITE, 0);
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
-    assert_eq!((c.head, c.out, c.inn, c.out_len, c.in_len), (0, 1, 1, 100, 200));
+    assert_eq!((c.head, c.readable, c.writable, c.readable_len, c.writable_len), (0, 1, 1, 100, 200));
     assert_eq!(r.iov[0], Iov { gpa: 0x8000, addr: BASE + 0x8000, len: 100 });
     assert_eq!(r.iov[1], Iov { gpa: 0x9000, addr: BASE + 0x9000, len: 200 });
     assert_eq!(r.pop().unwrap(), None);
@@ -101,7 +101,7 @@ fn indirect_rules() {
     r.desc(DESC, 0, table, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
-    assert_eq!((c.out, c.inn, c.out_len, c.in_len), (1, 1, 10, 20));
+    assert_eq!((c.readable, c.writable, c.readable_len, c.writable_len), (1, 1, 10, 20));
     for (len, flags, err) in [
         (24, DESC_F_INDIRECT, VringError::BadIndirectLen),
         (0, DESC_F_INDIRECT, VringError::BadIndirectLen),
@@ -146,7 +146,7 @@ fn descriptor_crossing_regions_is_split_per_region() {
     r.desc(DESC, 0, 0xf_fff0, 0x20, 0, 0);
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
-    assert_eq!(c.out, 2);
+    assert_eq!(c.readable, 2);
     assert_eq!(r.iov[0], Iov { gpa: 0xf_fff0, addr: BASE + 0xf_fff0, len: 0x10 });
     assert_eq!(r.iov[1], Iov { gpa: 0x10_0000, addr: BASE + 0x20_0000, len: 0x10 });
 }
@@ -191,7 +191,7 @@ fn zero_length_descriptors_are_harmless() {
     r.desc(DESC, 1, u64::MAX, 0, 0, 0);
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
-    assert_eq!((c.out, c.out_len), (0, 0));
+    assert_eq!((c.readable, c.readable_len), (0, 0));
 }
 
 #[test]
@@ -207,7 +207,7 @@ fn too_many_segments() {
 #[test]
 fn indices_wrap_past_65535() {
     let mut r = rig(4, f());
-    r.ring = Vring::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 65533, 65533, f().into()).unwrap();
+    r.ring = SplitRing::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 65533, 65533, f().into()).unwrap();
     r.desc(DESC, 0, 0x8000, 1, 0, 0);
     let mut idx: u16 = 65533;
     for _ in 0..10 {
@@ -224,10 +224,10 @@ fn indices_wrap_past_65535() {
 #[test]
 fn every_ring_size() {
     for shift in 0..=15 {
-        assert!(Vring::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_some());
+        assert!(SplitRing::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_some());
     }
     for n in [0, 3, 6, 65535, 65536, 1 << 20] {
-        assert!(Vring::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_none());
+        assert!(SplitRing::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_none());
     }
 }
 
@@ -292,7 +292,7 @@ fn used_ring_writes_are_logged_at_the_log_address() {
         let feats = RingFeatures { event_idx, ..f() };
         let mut r = rig(8, feats);
         let layout = RingLayout { num: 8, desc: DESC, avail: AVAIL, used: USED, used_log: Some(LOG_AT) };
-        r.ring = Vring::resume(layout, 6, 6, feats.into()).unwrap();
+        r.ring = SplitRing::resume(layout, 6, 6, feats.into()).unwrap();
         r.mem.put_u16(AVAIL + 2, 6);
         let marks = Marks::default();
         // Three elements from slot 6: they wrap, so two copies, each logged,
@@ -325,7 +325,7 @@ fn in_order_rig(num: u32, base: u16, event_idx: bool) -> Rig {
     let feats = RingFeatures { in_order: true, event_idx, ..f() };
     let mut r = rig(num, feats);
     let layout = RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: Some(USED - BASE) };
-    r.ring = Vring::resume(layout, base, base, feats.into()).unwrap();
+    r.ring = SplitRing::resume(layout, base, base, feats.into()).unwrap();
     for slot in 0..u64::from(num) {
         r.mem.put(USED + 4 + 8 * slot, &[0xee; 8]);
     }
@@ -431,7 +431,7 @@ fn in_order_fault_publishes_nothing() {
     let batch: Vec<UsedElem> = (0..2).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect();
     // The used ring moved outside guest memory: the element cannot be
     // written, and the index must not move.
-    r.ring = Vring::resume(
+    r.ring = SplitRing::resume(
         RingLayout { num: 8, desc: DESC, avail: AVAIL, used: BASE + MEM as u64 + 0x1000, used_log: None },
         2,
         0,
@@ -470,7 +470,7 @@ fn pops_through_the_device_iotlb() {
     assert_eq!(r.ring.last_avail_idx(), 0);
     tlb.update(IOVA + 0x3000, 0x1000, BASE + 0x7000, ACCESS_WO, 1 << 47).unwrap();
     let c = r.ring.pop(&r.mem, &tlb, &mut r.iov).unwrap().unwrap();
-    assert_eq!((c.head, c.out, c.inn, c.out_len, c.in_len), (0, 2, 1, 0x10, 0x100));
+    assert_eq!((c.head, c.readable, c.writable, c.readable_len, c.writable_len), (0, 2, 1, 0x10, 0x100));
     assert_eq!(r.iov[0], Iov { gpa: IOVA + 0xff8, addr: BASE + 0x9ff8, len: 8 });
     assert_eq!(r.iov[1], Iov { gpa: IOVA + 0x1000, addr: BASE + 0x5000, len: 8 });
     assert_eq!(r.iov[2], Iov { gpa: IOVA + 0x3000, addr: BASE + 0x7000, len: 0x100 });
@@ -521,7 +521,7 @@ fn read_ahead_heads_wrap_the_ring_and_survive_unpop() {
     let mut r = rig(u32::from(num), f());
     one_desc_chains(&r, num);
     let start = 65530u16;
-    r.ring = Vring::resume(RingLayout { num: u32::from(num), desc: DESC, avail: AVAIL, used: USED, used_log: None }, start, start, f().into())
+    r.ring = SplitRing::resume(RingLayout { num: u32::from(num), desc: DESC, avail: AVAIL, used: USED, used_log: None }, start, start, f().into())
         .unwrap();
     // Eight heads from position 65530: slots 2..8 then 0..2, crossing both
     // the ring's end and the 16-bit wrap.
@@ -553,7 +553,7 @@ fn a_fault_reading_heads_ahead_consumes_nothing() {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let mut ring = Vring::resume(RingLayout { num: 8, desc: DESC, avail, used: USED, used_log: None }, 0, 0, f().into()).unwrap();
+    let mut ring = SplitRing::resume(RingLayout { num: 8, desc: DESC, avail, used: USED, used_log: None }, 0, 0, f().into()).unwrap();
     mem.put_u16(avail + 2, 4);
     let mut iov = vec![Iov::default(); MAX_SEGMENTS];
     assert_eq!(ring.pop(&mem, &regions[..], &mut iov), Err(VringError::Fault));
