@@ -146,7 +146,6 @@ pub(super) fn write_num_buffers(owner: &OwnerMem, iov: &[Iov], num_buffers: u16)
 
 /// A user iovec array of `MAX_SEGMENTS` entries.
 pub(super) fn user_iov_scratch() -> Result<KVec<UserIov>> {
-    let mut uiov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
-    uiov.resize(MAX_SEGMENTS, UserIov::default(), GFP_KERNEL)?;
+    let uiov = KVec::from_elem(UserIov::default(), MAX_SEGMENTS, GFP_KERNEL)?;
     Ok(uiov)
 }

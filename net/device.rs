@@ -4,7 +4,7 @@
 //! `drop_in=1`, `/dev/vhost-net`), its ioctls, and `read`/`write`/`poll`
 //! of device IOTLB messages.
 
-use crate::vhost::dev::{Queue, Queues};
+use crate::vhost::dev::{fd_or_unbind, Queue, Queues};
 use crate::vhost::virtqueue::QueueConfig;
 use crate::vhost::device_iotlb::MissControl;
 use kernel::mm::Mm;
@@ -161,9 +161,9 @@ fn attach<B: Backend>(
 ) -> Result<isize> {
     let mut queue = vq.lock();
     queue.check_access()?;
-    let backend = match fd {
-        VHOST_FILE_UNBIND => None,
-        fd => {
+    let backend = match fd_or_unbind(fd) {
+        None => None,
+        Some(fd) => {
             let file = tap::backend_file(fd)?;
             if queue.backend_is(&file) {
                 queue.reattach();

@@ -80,8 +80,7 @@ impl TxBatch {
             (shim::vnr_xdp_buff_size(), shim::vnr_xdp_shinfo_size() as usize, shim::vnr_xdp_rx_pad() as usize)
         };
         let words = (xdp_size * TX_BATCH).div_ceil(8);
-        let mut xdp = KVec::with_capacity(words, GFP_KERNEL)?;
-        xdp.resize(words, 0u64, GFP_KERNEL)?;
+        let xdp = KVec::from_elem(0u64, words, GFP_KERNEL)?;
         Ok(Self {
             // An all-zero cache is an empty one (`page_frag_cache_init`).
             frag: bindings::page_frag_cache { encoded_page: 0, offset: 0, pagecnt_bias: 0 },

@@ -164,12 +164,14 @@ pub(crate) fn mem_errno(err: MemError) -> Error {
     }
 }
 
-/// Reads an fd argument: `None` for `VHOST_FILE_UNBIND`.
-pub(crate) fn read_fd(arg: usize) -> Result<Option<i32>> {
-    Ok(match read_arg::<VringFile>(arg)?.fd {
-        VHOST_FILE_UNBIND => None,
-        fd => Some(fd),
-    })
+/// An fd argument: `None` for `VHOST_FILE_UNBIND` (-1), which unbinds.
+pub(crate) fn fd_or_unbind(fd: i32) -> Option<i32> {
+    (fd != VHOST_FILE_UNBIND).then_some(fd)
+}
+
+/// The fd of a `struct vhost_vring_file` argument, `None` to unbind.
+fn read_fd(arg: usize) -> Result<Option<i32>> {
+    Ok(fd_or_unbind(read_arg::<VringFile>(arg)?.fd))
 }
 
 /// A queue of a device, whatever its backend, as the vhost core drives it.
@@ -509,9 +511,9 @@ fn set_log_base(queues: &dyn Queues, arg: usize) -> Result<isize> {
 /// `VHOST_SET_LOG_FD`: the eventfd signalled after writes are logged; -1
 /// unbinds.
 fn set_log_fd(queues: &dyn Queues, arg: usize) -> Result<isize> {
-    let eventfd = match read_arg::<i32>(arg)? {
-        VHOST_FILE_UNBIND => None,
-        fd => Some(Arc::new(EventFd::from_fd(fd)?, GFP_KERNEL)?),
+    let eventfd = match fd_or_unbind(read_arg(arg)?) {
+        None => None,
+        Some(fd) => Some(Arc::new(EventFd::from_fd(fd)?, GFP_KERNEL)?),
     };
     queues.each(&mut |queue| queue.set_log_eventfd(eventfd.clone()));
     Ok(0)

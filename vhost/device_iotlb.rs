@@ -63,8 +63,7 @@ pub(crate) type QueueIotlb = Iotlb<KVVec<Mapping>>;
 
 /// An empty table of `capacity` mappings.
 pub(crate) fn new_table(capacity: usize) -> Result<QueueIotlb> {
-    let mut slots = KVVec::with_capacity(capacity, GFP_KERNEL)?;
-    slots.resize(capacity, Mapping::default(), GFP_KERNEL)?;
+    let slots = KVVec::from_elem(Mapping::default(), capacity, GFP_KERNEL)?;
     Ok(Iotlb::new(slots))
 }
 

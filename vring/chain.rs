@@ -36,17 +36,26 @@ pub(crate) struct Desc {
     pub(crate) next: u16,
 }
 
+/// The fields of a 16-byte descriptor of either ring format, little-endian:
+/// a 64-bit address, a 32-bit length and two 16-bit fields (a split
+/// ring's flags and next, a packed ring's id and flags).
+#[inline(always)]
+pub(super) fn desc_fields(b: &[u8; 16]) -> (u64, u32, u16, u16) {
+    // Element by element, not a slice copy: `copy_from_slice` is an
+    // out-of-line call here, once per descriptor.
+    (
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+        u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+        u16::from_le_bytes([b[12], b[13]]),
+        u16::from_le_bytes([b[14], b[15]]),
+    )
+}
+
 impl Desc {
+    /// A split ring's descriptor (virtio 1.x, 2.7.5).
     pub(super) fn parse(b: &[u8; 16]) -> Self {
-        // Element by element, not a slice copy: `copy_from_slice` is an
-        // out-of-line call here (scripts/profile --insns), once per
-        // descriptor.
-        Desc {
-            addr: u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            len: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
-            flags: u16::from_le_bytes([b[12], b[13]]),
-            next: u16::from_le_bytes([b[14], b[15]]),
-        }
+        let (addr, len, flags, next) = desc_fields(b);
+        Desc { addr, len, flags, next }
     }
 }
 

@@ -28,6 +28,7 @@
 use crate::vring::dirty_log::{LogError, WriteLog};
 use crate::vring::mem_table::Translate;
 use crate::vring::staged::Staged;
+use crate::vring::chain::desc_fields;
 use crate::vring::{
     positions, Chain, ChainBuilder, UserMemory, IndirectTable, Iov, Features, RingLayout,
     Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
@@ -74,13 +75,10 @@ struct PackedDesc {
 }
 
 impl PackedDesc {
+    /// A packed ring's descriptor (virtio 1.x, 2.8.13).
     fn parse(b: &[u8; 16]) -> Self {
-        PackedDesc {
-            addr: u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            len: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
-            id: u16::from_le_bytes([b[12], b[13]]),
-            flags: u16::from_le_bytes([b[14], b[15]]),
-        }
+        let (addr, len, id, flags) = desc_fields(b);
+        PackedDesc { addr, len, id, flags }
     }
 
     fn writable(&self) -> bool {

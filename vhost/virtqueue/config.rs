@@ -26,10 +26,8 @@ use crate::vring::mem_table::Translate;
 
 impl<B: Backend> VqState<B> {
     pub(super) fn new(index: u32, waker: Arc<Waker>, nheads: usize, channel: Arc<dyn PostMiss>) -> Result<Self> {
-        let mut iov = KVec::with_capacity(MAX_SEGMENTS, GFP_KERNEL)?;
-        iov.resize(MAX_SEGMENTS, Iov::default(), GFP_KERNEL)?;
-        let mut heads = KVec::with_capacity(nheads, GFP_KERNEL)?;
-        heads.resize(nheads, UsedElem::default(), GFP_KERNEL)?;
+        let iov = KVec::from_elem(Iov::default(), MAX_SEGMENTS, GFP_KERNEL)?;
+        let heads = KVec::from_elem(UsedElem::default(), nheads, GFP_KERNEL)?;
         Ok(Self {
             index,
             num: 1,
