@@ -8,6 +8,7 @@ use crate::vhost::dev::{fd_or_unbind, Queue, Queues};
 use crate::vhost::virtqueue::QueueConfig;
 use crate::vhost::device_iotlb::MissControl;
 use kernel::mm::Mm;
+use kernel::sync::poll::PollTable;
 use crate::vhost::virtqueue::Backend;
 use crate::tap_glue::tap;
 use crate::net::NET_FEATURES;
@@ -21,14 +22,15 @@ use crate::vring::iotlb;
 
 use crate::tap_glue::{file_poll, misc_node};
 
-use crate::tap_glue::misc_node::{MiscNode, PollWait, PollableDevice, DYNAMIC_MINOR, VHOST_NET_MINOR};
+use crate::tap_glue::misc_node::{MiscNode, PollableDevice, DYNAMIC_MINOR, VHOST_NET_MINOR};
 
 use crate::net::{rx::RxBackend, tx::TxBackend, QUEUES, RX_INDEX, TX_INDEX};
 use crate::vhost::uapi::*;
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::VirtQueue;
 use crate::tap_glue::worker::Worker;
-use crate::vhost::dev::{read_arg, write_arg, DevState, Limits};
+use crate::vhost::dev::{DevState, Limits};
+use crate::vhost::uapi::{read_arg, write_arg};
 use kernel::sync::SetOnce;
 
 /// The module's limits, set once by [`VhostNet::register`] before any node
@@ -294,11 +296,11 @@ impl MiscDevice for VhostNet {
 impl PollableDevice for VhostNet {
     /// `EPOLLIN` while a device IOTLB miss waits to be read; never
     /// `EPOLLOUT`, as in C (a write never waits).
-    fn poll(me: Pin<&VhostNet>, wait: &PollWait<'_>) -> u32 {
-        if me.channel.poll(wait) {
-            file_poll::POLLIN | file_poll::POLLRDNORM
-        } else {
-            0
+    fn poll(me: Pin<&VhostNet>, file: &File, table: &PollTable<'_>) -> u32 {
+        match me.channel.poll(file, table) {
+            Ok(true) => file_poll::POLLIN | file_poll::POLLRDNORM,
+            Ok(false) => 0,
+            Err(_) => file_poll::POLLERR,
         }
     }
 }

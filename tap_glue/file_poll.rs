@@ -31,7 +31,7 @@ pub(crate) const POLLOUT: u32 = 0x0004;
 /// `EPOLLRDNORM`.
 pub(crate) const POLLRDNORM: u32 = 0x0040;
 /// `EPOLLERR`.
-const POLLERR: u32 = 0x0008;
+pub(crate) const POLLERR: u32 = 0x0008;
 /// `DEFAULT_POLLMASK`: what `vfs_poll` reports for a file without a `poll`
 /// method (`EPOLLIN | EPOLLOUT | EPOLLRDNORM | EPOLLWRNORM`).
 const DEFAULT_POLLMASK: u32 = 0x0001 | 0x0004 | 0x0040 | 0x0100;

@@ -33,8 +33,7 @@ use kernel::{
     fs::{file::flags::O_NONBLOCK, File, Kiocb},
     miscdevice::{MiscDevice, MiscDeviceOptions},
     prelude::*,
-    sync::LockClassKey,
-    task::TASK_NORMAL,
+    sync::poll::PollTable,
     types::{ForeignOwnable, Opaque},
 };
 
@@ -45,87 +44,10 @@ pub(crate) const DYNAMIC_MINOR: u32 = bindings::MISC_DYNAMIC_MINOR;
 
 /// A misc device whose files can be polled.
 pub(crate) trait PollableDevice: MiscDevice {
-    /// `poll()` on a file of the device: registers the poller on the
-    /// device's [`PollQueue`] with `wait`, and returns the `EPOLL*` events
-    /// ready now.
-    fn poll(device: <Self::Ptr as ForeignOwnable>::Borrowed<'_>, wait: &PollWait<'_>) -> u32;
-}
-
-/// The wait queue `poll()` registers on, owned by the device of an open
-/// file: the C driver's `vhost_dev::wait`.
-///
-/// The kernel crate's `PollCondVar` cannot know when its last poller is
-/// gone, so its destructor waits for an RCU grace period (or, boxed,
-/// defers its free past one). A device's queue knows: it is freed with
-/// the device, at the file's release, when epoll has removed its entries
-/// (`eventpoll_release`, before `->release`) and no `poll()` or `select()`
-/// can hold one (they hold a reference to the file while their entries
-/// exist). Freed at once, it leaves nothing behind for each closed file
-/// (the boxed `PollCondVar` left about 150 bytes per file in the slab for
-/// seconds, which the open/close leak tests saw).
-///
-/// # Invariants
-///
-/// `head` is an initialised `wait_queue_head`, and it is dropped only after
-/// every file whose `poll()` may have registered on it has been released
-/// (the contract of [`PollQueue::new`]).
-#[pin_data]
-pub(crate) struct PollQueue {
-    #[pin]
-    head: Opaque<bindings::wait_queue_head>,
-}
-
-// SAFETY: A wait queue is used from any thread, under its own spinlock.
-unsafe impl Send for PollQueue {}
-// SAFETY: As above.
-unsafe impl Sync for PollQueue {}
-
-impl PollQueue {
-    /// A new queue.
-    ///
-    /// # Safety
-    ///
-    /// The queue must be dropped only after every file whose `poll()` may
-    /// register on it (through [`PollWait::register`]) has been released:
-    /// it must belong to those files' device.
-    pub(crate) unsafe fn new(name: &'static CStr, key: Pin<&'static LockClassKey>) -> impl PinInit<Self> {
-        pin_init!(Self {
-            // SAFETY: `slot` is valid for writes; `__init_waitqueue_head`
-            // initialises it, with a name and a lock class that are static.
-            head <- Opaque::ffi_init(|slot| unsafe {
-                bindings::__init_waitqueue_head(slot, name.as_char_ptr(), key.as_ptr())
-            }),
-        })
-    }
-
-    /// Wakes every poller (and every task waiting on the queue).
-    pub(crate) fn wake(&self) {
-        // SAFETY: `head` is initialised (type invariants).
-        unsafe { bindings::__wake_up(self.head.get(), TASK_NORMAL, 0, core::ptr::null_mut()) };
-    }
-}
-
-/// The poll table of one `poll()` call on a file of a [`MiscNode`].
-///
-/// # Invariants
-///
-/// `file` is the file being polled and `table` null or a valid
-/// `poll_table`, both for `'a`.
-pub(crate) struct PollWait<'a> {
-    file: *mut bindings::file,
-    table: *mut bindings::poll_table_struct,
-    _call: PhantomData<&'a ()>,
-}
-
-impl PollWait<'_> {
-    /// Registers the poller on `queue`.
-    pub(crate) fn register(&self, queue: &PollQueue) {
-        // SAFETY: `file` and `table` are valid for the call (type
-        // invariants); `queue` is initialised and outlives the entry,
-        // which lives no longer than the file (`PollQueue::new`'s
-        // contract).
-        unsafe { bindings::poll_wait(self.file, queue.head.get(), self.table) };
-    }
+    /// `poll()` on `file`, a file of the device: registers the poller with
+    /// `table` on a wait queue of the device, and returns the `EPOLL*`
+    /// events ready now.
+    fn poll(device: <Self::Ptr as ForeignOwnable>::Borrowed<'_>, file: &File, table: &PollTable<'_>) -> u32;
 }
 
 /// Whether the file of a `read()` or `write()` was opened (or set)
@@ -152,10 +74,12 @@ unsafe extern "C" fn poll_fn<T: PollableDevice>(
     // its private data is what the crate's `open` made of `T::Ptr` with
     // `into_foreign`; it is not released while the file is being polled.
     let device = unsafe { <T::Ptr as ForeignOwnable>::borrow((*file).private_data) };
-    // INVARIANT: the file and the table are valid for the call (safety
+    // SAFETY: The file is open for the call (safety requirements).
+    let file = unsafe { File::from_raw_file(file) };
+    // SAFETY: The table is null or valid for the call (safety
     // requirements).
-    let wait = PollWait { file, table, _call: PhantomData };
-    T::poll(device, &wait)
+    let table = unsafe { PollTable::from_raw(table) };
+    T::poll(device, file, &table)
 }
 
 /// What the misc core keeps a pointer to: the device and, beside it, the

@@ -141,20 +141,6 @@ impl<W> DevState<W> {
     }
 }
 
-/// Reads a `T` from the ioctl argument.
-pub(crate) fn read_arg<T: kernel::transmute::FromBytes>(arg: usize) -> Result<T> {
-    UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
-        .reader()
-        .read::<T>()
-}
-
-/// Writes a `T` to the ioctl argument.
-pub(crate) fn write_arg<T: kernel::transmute::AsBytes>(arg: usize, value: &T) -> Result {
-    UserSlice::new(UserPtr::from_addr(arg), core::mem::size_of::<T>())
-        .writer()
-        .write(value)
-}
-
 /// A region refused by `SET_MEM_TABLE`, as the C driver reports it: any
 /// region it cannot map is `-EFAULT`.
 pub(crate) fn mem_errno(err: MemError) -> Error {
@@ -332,7 +318,7 @@ impl<W> DevState<W> {
         let mut writer = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).writer();
         for index in 0..count {
             let word = if index == 0 { offered.bits() } else { 0 };
-            writer.write(&word)?;
+            write_abi(&mut writer, &word)?;
         }
         Ok(0)
     }
@@ -345,7 +331,7 @@ impl<W> DevState<W> {
         let mut reader = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).reader();
         let mut first = 0u64;
         for index in 0..count {
-            let word: u64 = reader.read()?;
+            let word: u64 = read_abi(&mut reader)?;
             match index {
                 0 => first = word,
                 _ if word != 0 => return Err(errno!(EOPNOTSUPP)),
@@ -460,7 +446,7 @@ impl<W> DevState<W> {
         .reader();
         let mut regions = KVec::with_capacity(nregions, GFP_KERNEL)?;
         for _ in 0..nregions {
-            let raw: MemoryRegion = reader.read()?;
+            let raw: MemoryRegion = read_abi(&mut reader)?;
             let region = Region::new(raw.guest_phys_addr, raw.memory_size, raw.userspace_addr, user_limit())
                 .map_err(mem_errno)?;
             regions.push(region, GFP_KERNEL)?;

@@ -29,7 +29,7 @@
 //! queue's lock (a worker posts with its queue locked).
 
 use crate::vring::iotlb::{Iotlb, Mapping, Miss, Misses, UpdateError};
-use crate::tap_glue::misc_node::{PollQueue, PollWait};
+use kernel::{fs::File, new_poll_condvar, sync::{poll::{PollCondVar, PollTable}, SetOnce}};
 use kernel::{
     alloc::KVVec,
     new_condvar, new_mutex,
@@ -100,16 +100,16 @@ struct ChannelState<const N: usize> {
 ///
 /// `readers` and `pollers` are woken whenever a miss becomes readable or
 /// the IOTLB goes away, so that blocked `read()`s and pollers look again.
-/// The channel belongs to one device (its queues share it) and is dropped
-/// with it, at the release of the device's file, as `pollers` requires.
 #[pin_data]
 pub(crate) struct MissChannel<const N: usize> {
     #[pin]
     state: Mutex<ChannelState<N>>,
     #[pin]
     readers: CondVar,
-    #[pin]
-    pollers: PollQueue,
+    /// The pollers' wait queue (C's `vhost_dev::wait`), made at the first
+    /// `poll()`: only QEMU with a vIOMMU polls the fd, and a `PollCondVar`
+    /// waits for an RCU grace period when it goes.
+    pollers: SetOnce<Pin<KBox<PollCondVar>>>,
 }
 
 /// What a `read()` found.
@@ -129,9 +129,7 @@ impl<const N: usize> MissChannel<N> {
             pin_init!(MissChannel {
                 state <- new_mutex!(ChannelState { misses: Misses::new(), enabled: false, batch: None }),
                 readers <- new_condvar!("vhost_net_rs_iotlb_readers"),
-                // SAFETY: The channel is the device's, and the device is
-                // dropped at its file's release (see the type invariants).
-                pollers <- unsafe { PollQueue::new(c"vhost_net_rs_iotlb_pollers", kernel::static_lock_class!()) },
+                pollers: SetOnce::new(),
             }),
             GFP_KERNEL,
         )
@@ -140,7 +138,9 @@ impl<const N: usize> MissChannel<N> {
     /// Wakes blocked readers and pollers.
     fn notify(&self) {
         self.readers.notify_all();
-        self.pollers.wake();
+        if let Some(pollers) = self.pollers.as_ref() {
+            pollers.notify_all();
+        }
     }
 
 
@@ -172,9 +172,17 @@ impl<const N: usize> MissChannel<N> {
 
     /// `poll()`: registers the poller on the channel and says whether a
     /// `read()` would find a message.
-    pub(crate) fn poll(&self, wait: &PollWait<'_>) -> bool {
-        wait.register(&self.pollers);
-        self.state.lock().misses.readable()
+    pub(crate) fn poll(&self, file: &File, table: &PollTable<'_>) -> Result<bool> {
+        let pollers = match self.pollers.as_ref() {
+            Some(pollers) => pollers,
+            None => {
+                // Two first pollers at once both make one; the loser's goes.
+                let _ = self.pollers.populate(KBox::pin_init(new_poll_condvar!("vhost_net_rs_iotlb_pollers"), GFP_KERNEL)?);
+                self.pollers.as_ref().ok_or(ENOMEM)?
+            }
+        };
+        table.register_wait(file, pollers);
+        Ok(self.state.lock().misses.readable())
     }
 }
 

@@ -13,7 +13,8 @@
 //! neither the direction nor the size bits are trusted for anything.
 
 use kernel::ioctl::{_IO, _IOR, _IOW, _IOWR};
-use kernel::transmute::{AsBytes, FromBytes};
+use kernel::prelude::*;
+use kernel::uaccess::{UserPtr, UserSlice, UserSliceReader, UserSliceWriter};
 
 pub(crate) use crate::vring::features::mask;
 
@@ -83,20 +84,116 @@ const _: () = assert!(core::mem::offset_of!(MemoryRegion, memory_size) == 8);
 const _: () = assert!(core::mem::offset_of!(MemoryRegion, userspace_addr) == 16);
 const _: () = assert!(core::mem::offset_of!(MemoryRegion, flags_padding) == 24);
 
-// SAFETY: All of these are `repr(C)` structs of plain integers without padding
-// (checked by the size assertions above), so every bit pattern is valid and
-// every byte is initialised.
-unsafe impl FromBytes for VringState {}
-// SAFETY: See above.
-unsafe impl AsBytes for VringState {}
-// SAFETY: See above.
-unsafe impl FromBytes for VringFile {}
-// SAFETY: See above.
-unsafe impl FromBytes for VringAddr {}
-// SAFETY: See above.
-unsafe impl FromBytes for MemoryHeader {}
-// SAFETY: See above.
-unsafe impl FromBytes for MemoryRegion {}
+/// A value of the ioctl ABI, read from and written to userspace as bytes
+/// in the CPU's byte order, field by field: no `unsafe` reinterpretation of
+/// user bytes as a struct.
+pub(crate) trait UserAbi: Sized {
+    /// Its size in the ABI.
+    const SIZE: usize;
+    /// Decodes it from `bytes`, [`UserAbi::SIZE`] of them.
+    fn decode(bytes: &[u8; MAX_ABI_SIZE]) -> Self;
+    /// Encodes it into the first [`UserAbi::SIZE`] of `bytes`.
+    fn encode(&self, bytes: &mut [u8; MAX_ABI_SIZE]);
+}
+
+/// The largest [`UserAbi::SIZE`] (of `struct vhost_vring_addr`).
+pub(crate) const MAX_ABI_SIZE: usize = 40;
+
+/// Implements [`UserAbi`] for a struct of integers, its fields in ABI order,
+/// and checks that their sizes add up to the struct's (no padding).
+macro_rules! user_abi {
+    ($name:ident { $($field:ident: $ty:ty),* $(,)? }) => {
+        impl UserAbi for $name {
+            const SIZE: usize = 0 $(+ core::mem::size_of::<$ty>())*;
+
+            fn decode(bytes: &[u8; MAX_ABI_SIZE]) -> Self {
+                let mut at = 0;
+                $(
+                    let $field = {
+                        const LEN: usize = core::mem::size_of::<$ty>();
+                        let mut field = [0u8; LEN];
+                        field.copy_from_slice(&bytes[at..at + LEN]);
+                        at += LEN;
+                        <$ty>::from_ne_bytes(field)
+                    };
+                )*
+                let _ = at;
+                Self { $($field),* }
+            }
+
+            fn encode(&self, bytes: &mut [u8; MAX_ABI_SIZE]) {
+                let mut at = 0;
+                $(
+                    let field = self.$field.to_ne_bytes();
+                    bytes[at..at + field.len()].copy_from_slice(&field);
+                    at += field.len();
+                )*
+                let _ = at;
+            }
+        }
+        const _: () = assert!(<$name as UserAbi>::SIZE == core::mem::size_of::<$name>());
+        const _: () = assert!(<$name as UserAbi>::SIZE <= MAX_ABI_SIZE);
+    };
+}
+
+/// Implements [`UserAbi`] for integers.
+macro_rules! user_abi_int {
+    ($($ty:ty),*) => {$(
+        impl UserAbi for $ty {
+            const SIZE: usize = core::mem::size_of::<$ty>();
+
+            fn decode(bytes: &[u8; MAX_ABI_SIZE]) -> Self {
+                const LEN: usize = core::mem::size_of::<$ty>();
+                let mut value = [0u8; LEN];
+                value.copy_from_slice(&bytes[..LEN]);
+                <$ty>::from_ne_bytes(value)
+            }
+
+            fn encode(&self, bytes: &mut [u8; MAX_ABI_SIZE]) {
+                let value = self.to_ne_bytes();
+                bytes[..value.len()].copy_from_slice(&value);
+            }
+        }
+    )*};
+}
+
+user_abi_int!(u8, u32, i32, u64);
+user_abi!(VringState { index: u32, num: u32 });
+user_abi!(VringFile { index: u32, fd: i32 });
+user_abi!(VringAddr {
+    index: u32,
+    flags: u32,
+    desc_user_addr: u64,
+    used_user_addr: u64,
+    avail_user_addr: u64,
+    log_guest_addr: u64,
+});
+user_abi!(MemoryHeader { nregions: u32, padding: u32 });
+user_abi!(MemoryRegion { guest_phys_addr: u64, memory_size: u64, userspace_addr: u64, flags_padding: u64 });
+
+/// Reads a `T` from `reader`.
+pub(crate) fn read_abi<T: UserAbi>(reader: &mut UserSliceReader) -> Result<T> {
+    let mut bytes = [0u8; MAX_ABI_SIZE];
+    reader.read_slice(&mut bytes[..T::SIZE])?;
+    Ok(T::decode(&bytes))
+}
+
+/// Writes `value` to `writer`.
+pub(crate) fn write_abi<T: UserAbi>(writer: &mut UserSliceWriter, value: &T) -> Result {
+    let mut bytes = [0u8; MAX_ABI_SIZE];
+    value.encode(&mut bytes);
+    writer.write_slice(&bytes[..T::SIZE])
+}
+
+/// Reads a `T` from the ioctl argument.
+pub(crate) fn read_arg<T: UserAbi>(arg: usize) -> Result<T> {
+    read_abi(&mut UserSlice::new(UserPtr::from_addr(arg), T::SIZE).reader())
+}
+
+/// Writes a `T` to the ioctl argument.
+pub(crate) fn write_arg<T: UserAbi>(arg: usize, value: &T) -> Result {
+    write_abi(&mut UserSlice::new(UserPtr::from_addr(arg), T::SIZE).writer(), value)
+}
 
 pub(crate) const VHOST_GET_FEATURES: u32 = _IOR::<u64>(VHOST_VIRTIO, 0x00);
 pub(crate) const VHOST_SET_FEATURES: u32 = _IOW::<u64>(VHOST_VIRTIO, 0x00);
