@@ -27,6 +27,7 @@
 //! - [`mem_table`]: the owner's memory table (`VHOST_SET_MEM_TABLE`);
 //! - [`iotlb`]: the device IOTLB's table and its messages;
 //! - [`dirty_log`]: the migration log;
+//! - [`net_hdr`]: the virtio-net header;
 //! - [`staged`]: used entries staged before they are written, the one
 //!   `unsafe` in this layer;
 //! - [`error`], [`features`], [`user_memory`]: the vocabulary they share.
@@ -37,6 +38,7 @@ pub(crate) mod error;
 pub(crate) mod features;
 pub(crate) mod iotlb;
 pub(crate) mod mem_table;
+pub(crate) mod net_hdr;
 pub(crate) mod packed;
 pub(crate) mod ring;
 pub(crate) mod split;

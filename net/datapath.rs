@@ -4,7 +4,7 @@
 //! lengths, and copying to and from the guest's buffers.
 
 use crate::vring::Features;
-use crate::vhost::uapi::VirtioNetHdr;
+use crate::vring::net_hdr::VirtioNetHdr;
 use crate::tap_glue::tap::UserIov;
 
 use crate::tap_glue::uaccess::OwnerMem;

@@ -5,7 +5,7 @@
 
 use crate::vring::Features;
 use super::datapath::NetConfig;
-use crate::vhost::uapi::VirtioNetHdr;
+use crate::vring::net_hdr::VirtioNetHdr;
 use crate::tap_glue::file_poll::{FilePoll, POLLIN};
 
 use crate::vring::mem_table::Translate;

@@ -6,7 +6,7 @@
 
 use crate::tap_glue::shim::{self, XdpBuff};
 use crate::tap_glue::uaccess::OwnerMem;
-use crate::vhost::uapi::VirtioNetHdr;
+use crate::vring::net_hdr::VirtioNetHdr;
 use crate::vring::{segments_from, Iov};
 use core::ptr::NonNull;
 use kernel::{bindings, ffi::c_uint, page::PAGE_SIZE, prelude::*};

@@ -22,6 +22,8 @@ pub mod testmem;
 #[cfg(test)]
 mod memory_tests;
 #[cfg(test)]
+mod net_hdr_tests;
+#[cfg(test)]
 mod vring_tests;
 #[cfg(test)]
 mod dirtylog_tests;
