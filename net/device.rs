@@ -278,11 +278,11 @@ impl MiscDevice for VhostNet {
         let mut bytes = [0u8; iotlb::MIN_WRITE];
         let copied = iov.copy_from_iter(&mut bytes);
         let message = iotlb::parse_write(&bytes[..copied]).map_err(|err| {
-            pr_debug!("vhost-net-rs: IOTLB write refused: {:?}\n", err);
+            pr_debug!("IOTLB write refused: {:?}\n", err);
             EINVAL
         })?;
         me.state.lock().iotlb_message(&*me, &message).map_err(|err| {
-            pr_debug!("vhost-net-rs: IOTLB message type {} refused: {:?}\n", message.kind, err);
+            pr_debug!("IOTLB message type {} refused: {:?}\n", message.kind, err);
             EFAULT
         })?;
         Ok(iotlb::MSG_LEN)

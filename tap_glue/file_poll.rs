@@ -7,17 +7,17 @@
 //! [`Waker`] when the file signals one of the events it waits for.
 
 use crate::tap_glue::worker::Waker;
-use core::{
-    cell::Cell,
-    ffi::c_void,
-    sync::atomic::{AtomicBool, Ordering},
-};
+use core::{cell::Cell, ffi::c_void};
 use kernel::{
     bindings,
     ffi::{c_int, c_uint},
     fs::File,
     prelude::*,
-    sync::{aref::ARef, Arc},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
     types::Opaque,
 };
 
@@ -81,7 +81,7 @@ pub(crate) struct FilePoll {
     /// Whether `wait` is on `wqh`; see [`FilePoll::leave`].
     linked: Cell<bool>,
     /// Whether events wake the worker; see [`FilePoll::quiet`].
-    armed: AtomicBool,
+    armed: Atomic<bool>,
 }
 
 // SAFETY: `wqh` and `linked` are only used under the rules in the type
@@ -136,7 +136,7 @@ unsafe extern "C" fn poll_wakeup(
     let poll = unsafe { &*kernel::container_of!(Opaque::cast_from(wait), FilePoll, wait) };
     // The key is the event mask, passed as a pointer-sized integer.
     let events = key as usize as u32;
-    if (events != 0 && events & poll.mask == 0) || !poll.armed.load(Ordering::Relaxed) {
+    if (events != 0 && events & poll.mask == 0) || !poll.armed.load(Relaxed) {
         return 0;
     }
     poll.waker.wake();
@@ -180,7 +180,7 @@ impl FilePoll {
                 mask,
                 waker,
                 linked: Cell::new(false),
-                armed: AtomicBool::new(true),
+                armed: Atomic::new(true),
             }),
             GFP_KERNEL,
         )?;
@@ -210,7 +210,7 @@ impl FilePoll {
     /// packet. Two stores per run where a run moves one packet (a round
     /// trip); a run that finds more also [`FilePoll::leave`]s the queue.
     pub(crate) fn quiet(&self) {
-        self.armed.store(false, Ordering::Relaxed);
+        self.armed.store(false, Relaxed);
     }
 
     /// Leaves the file's wait queue (`vhost_poll_stop`), so that a sender
@@ -249,7 +249,7 @@ impl FilePoll {
             // INVARIANT: linked just now; `self` is exclusive.
             this.linked.set(true);
         }
-        this.armed.store(true, Ordering::Relaxed);
+        this.armed.store(true, Relaxed);
         crate::tap_glue::compat::smp_mb();
     }
 }

@@ -77,10 +77,9 @@ pub(crate) struct TapSocket {
 }
 
 // SAFETY: The tun socket's operations may be called from any thread; the
-// socket itself serialises concurrent senders and receivers.
+// socket itself serialises concurrent senders and receivers. (Not `Sync`:
+// a socket is used under its queue's lock.)
 unsafe impl Send for TapSocket {}
-// SAFETY: See above.
-unsafe impl Sync for TapSocket {}
 
 impl TapSocket {
     /// The tap behind `file`. Anything that is not a tap or macvtap file (a

@@ -20,17 +20,13 @@
 //! one RCU read-side section, so any wake that saw the pointer has returned
 //! before the grace period ends, and no later wake can see it: the task is
 //! never woken after it is freed (the C driver's `vhost_worker` RCU rule).
-//!
-//! The atomics are `core` atomics: the kernel crate's `Atomic<T>` has no
-//! pointer type in this kernel, and these are plain flags and counters with
-//! the orderings written at each use.
+
 
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::tap_glue::shim;
 use core::{
     ffi::c_void,
     ptr::NonNull,
-    sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering},
 };
 use kernel::{
     bindings,
@@ -38,36 +34,37 @@ use kernel::{
     ffi::c_int,
     mm::MmWithUser,
     prelude::*,
-    sync::{aref::ARef, Arc},
+    sync::{
+        aref::ARef,
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
+        Arc,
+    },
 };
 
-/// What kind of thread a [`Waker`] wakes.
-const KIND_VHOST_TASK: u8 = 0;
-const KIND_KTHREAD: u8 = 1;
 
 /// Where wakeups of one queue go: a pending-work flag and the worker to wake.
 ///
 /// # Invariants
 ///
-/// `task` is null or a started thread of the kind `kind` says (a
-/// `struct vhost_task` or a kthread's `struct task_struct`) that is not
-/// freed before an RCU grace period has passed since `task` was cleared
-/// (see the module doc). `kind` is written before `task` is set.
+/// `task` is null or a started thread of the kind `kthread` says (a
+/// kthread's `struct task_struct`, or else a `struct vhost_task`) that is
+/// not freed before an RCU grace period has passed since `task` was cleared
+/// (see the module doc). `kthread` is written before `task` is set.
 pub(crate) struct Waker {
-    pending: AtomicBool,
-    task: AtomicPtr<c_void>,
-    kind: AtomicU8,
-    wakeups: AtomicU64,
+    pending: Atomic<bool>,
+    task: Atomic<*mut c_void>,
+    kthread: Atomic<bool>,
+    wakeups: Atomic<u64>,
 }
 
 impl Waker {
     pub(crate) fn new() -> Result<Arc<Self>> {
         Ok(Arc::new(
             Self {
-                pending: AtomicBool::new(false),
-                task: AtomicPtr::new(core::ptr::null_mut()),
-                kind: AtomicU8::new(KIND_VHOST_TASK),
-                wakeups: AtomicU64::new(0),
+                pending: Atomic::new(false),
+                task: Atomic::new(core::ptr::null_mut()),
+                kthread: Atomic::new(false),
+                wakeups: Atomic::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -78,31 +75,32 @@ impl Waker {
     /// before it runs, so only the first of a burst of events wakes the
     /// task (as `VHOST_WORK_QUEUED` does in C).
     pub(crate) fn wake(&self) {
-        self.wakeups.fetch_add(1, Ordering::Relaxed);
-        // SeqCst: the event that led here happens before the worker's run,
-        // and this swap and the load of `task` below pair with
-        // `Worker::start`'s store of `task` and load of `pending`.
-        if self.pending.swap(true, Ordering::SeqCst) {
+        self.wakeups.add(1, Relaxed);
+        // Fully ordered: the event that led here happens before the
+        // worker's run, and this exchange and the load of `task` below
+        // pair with `Worker::publish`'s store of `task`, full barrier and
+        // load of `pending`.
+        if self.pending.xchg(true, Full) {
             return;
         }
         let _rcu = kernel::sync::rcu::read_lock();
-        let task = self.task.load(Ordering::SeqCst);
+        let task = self.task.load(Acquire);
         if !task.is_null() {
             // SAFETY: By the type invariant the task is of the kind `kind`
             // says and is not freed before a grace period after `task` was
             // cleared, and we are inside a read-side section that began
             // before we loaded it.
-            unsafe { Self::wake_task(self.kind.load(Ordering::SeqCst), task) };
+            unsafe { Self::wake_task(self.kthread.load(Relaxed), task) };
         }
     }
 
-    /// Wakes `task`, a thread of kind `kind`.
+    /// Wakes `task`, a kthread if `kthread`, else a vhost_task.
     ///
     /// # Safety
     ///
     /// `task` is a live, started thread of that kind.
-    unsafe fn wake_task(kind: u8, task: *mut c_void) {
-        if kind == KIND_KTHREAD {
+    unsafe fn wake_task(kthread: bool, task: *mut c_void) {
+        if kthread {
             // SAFETY: A live task_struct, by the caller's contract.
             unsafe { bindings::wake_up_process(task.cast()) };
         } else {
@@ -113,12 +111,12 @@ impl Waker {
 
     /// How many times `wake` was called (kicks, socket events, requeues).
     pub(crate) fn wakeups(&self) -> u64 {
-        self.wakeups.load(Ordering::Relaxed)
+        self.wakeups.load(Relaxed)
     }
 
     /// Consumes the pending flag.
     fn take_pending(&self) -> bool {
-        self.pending.swap(false, Ordering::AcqRel)
+        self.pending.xchg(false, Full)
     }
 }
 
@@ -167,9 +165,8 @@ pub(crate) struct Worker<T: Work> {
 }
 
 // SAFETY: The vhost_task and kthread APIs may be used from any thread.
+// (Not `Sync`: a device's workers live under its lock.)
 unsafe impl<T: Work> Send for Worker<T> {}
-// SAFETY: `Worker` has no `&self` methods.
-unsafe impl<T: Work> Sync for Worker<T> {}
 
 /// The vhost_task body: runs the work if it is pending. Returns whether it
 /// did anything (vhost_task sleeps when it did not).
@@ -283,7 +280,7 @@ impl<T: Work> Worker<T> {
         // SAFETY: `task` is a live kthread that has not run yet; `current`
         // is the owner.
         let attached = unsafe { bindings::cgroup_attach_task_all(kernel::task::Task::current_raw(), task.as_ptr()) };
-        let worker = Self::publish(work, Thread::Kthread { task, _args: args }, KIND_KTHREAD, task.as_ptr().cast());
+        let worker = Self::publish(work, Thread::Kthread { task, _args: args }, true, task.as_ptr().cast());
         // SAFETY: A created kthread, woken once to start it.
         unsafe { bindings::wake_up_process(task.as_ptr()) };
         if attached != 0 {
@@ -305,23 +302,25 @@ impl<T: Work> Worker<T> {
         let task = NonNull::new(raw).ok_or(ENOMEM)?;
         // SAFETY: A freshly created task, started once.
         unsafe { shim::vhost_task_start(task.as_ptr()) };
-        Ok(Self::publish(work, Thread::Task(task), KIND_VHOST_TASK, task.as_ptr().cast()))
+        Ok(Self::publish(work, Thread::Task(task), false, task.as_ptr().cast()))
     }
 
-    /// Makes the started thread `task` (of kind `kind`) the one `work`'s
-    /// waker wakes, and wakes it if a wakeup came first.
-    fn publish(work: Arc<T>, thread: Thread<T>, kind: u8, task: *mut c_void) -> Self {
+    /// Makes the started thread `task` (a kthread if `kthread`) the one
+    /// `work`'s waker wakes, and wakes it if a wakeup came first.
+    fn publish(work: Arc<T>, thread: Thread<T>, kthread: bool, task: *mut c_void) -> Self {
         let waker = work.waker();
-        waker.kind.store(kind, Ordering::SeqCst);
-        waker.task.store(task, Ordering::SeqCst);
+        waker.kthread.store(kthread, Relaxed);
+        waker.task.store(task, Release);
         // A wake that came before the store set `pending` but found no task
-        // to wake; later ones find `pending` set and wake nobody. Either
-        // that wake's load of `task` (SeqCst, after its swap of `pending`)
-        // saw the store above, or this load sees its `pending`.
-        if waker.pending.load(Ordering::SeqCst) {
+        // to wake; later ones find `pending` set and wake nobody. With the
+        // full barriers here and in that wake's exchange of `pending`,
+        // either its load of `task` saw the store above, or this load sees
+        // its `pending`.
+        crate::tap_glue::compat::smp_mb();
+        if waker.pending.load(Relaxed) {
             // SAFETY: The thread was started by the caller and is not
             // stopped before the returned `Worker` is dropped.
-            unsafe { Waker::wake_task(kind, task) };
+            unsafe { Waker::wake_task(kthread, task) };
         }
         // INVARIANT: the caller created and started `thread`; `work` is
         // held.
@@ -331,7 +330,7 @@ impl<T: Work> Worker<T> {
 
 impl<T: Work> Drop for Worker<T> {
     fn drop(&mut self) {
-        self.work.waker().task.store(core::ptr::null_mut(), Ordering::SeqCst);
+        self.work.waker().task.store(core::ptr::null_mut(), Release);
         // Every wake that saw the pointer has returned after this.
         crate::tap_glue::compat::synchronize_rcu();
         match &self.thread {

@@ -96,7 +96,7 @@ pub(crate) struct Mapping {
 
 // The accessors serve the host tests and fuzzers (tests/host), which check
 // the table against a model; the module only translates through it.
-#[allow(dead_code)]
+#[cfg(any(test, feature = "fuzz"))]
 impl Mapping {
     /// First IOVA.
     pub(crate) fn start(&self) -> u64 {
@@ -117,7 +117,9 @@ impl Mapping {
     pub(crate) fn perm(&self) -> u8 {
         self.perm
     }
+}
 
+impl Mapping {
     fn contains(&self, iova: u64) -> bool {
         self.start <= iova && iova <= self.last
     }
@@ -214,13 +216,13 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     }
 
     /// Whether the table holds no mapping.
-    #[allow(dead_code)] // The host tests'.
+    #[cfg(any(test, feature = "fuzz"))]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Removes every mapping.
-    #[allow(dead_code)] // The host tests' and fuzzers'.
+    #[cfg(any(test, feature = "fuzz"))]
     pub(crate) fn clear(&mut self) {
         // INVARIANT: no mapping is left to be out of order, and no hit.
         self.len = 0;

@@ -337,7 +337,7 @@ impl<B: Backend> VqState<B> {
         if let Some(eventfd) = &self.err {
             eventfd.signal();
         }
-        pr_debug!("vhost-net-rs: vq {}: {:?}\n", self.index, err);
+        pr_debug!("vq {}: {:?}\n", self.index, err);
         // A fault asks the guest for a kick instead, in the run that met
         // it (`VqState::stopped_by`): only a run has the owner's memory.
         if err != VringError::Fault {

@@ -15,6 +15,7 @@ pub mod module {
 }
 pub use module::vring;
 
+#[cfg(any(test, feature = "fuzz"))]
 pub mod iotlb_model;
 
 pub mod testmem;
