@@ -104,7 +104,7 @@ struct TxFormat {
 /// Sends the packet of `chain` (whose readable segments are in `iov`) to
 /// `sock`: batched if `format.batch_headroom` says the tap takes batches
 /// ([`TapSocket::batch_headroom`]). Inlined into the TX loop, as C's
-/// per-packet code is in `handle_tx_copy` (`scripts/profile --insns`).
+/// per-packet code is in `handle_tx_copy`.
 #[inline(always)]
 fn tx_one(
     owner: &OwnerMem,

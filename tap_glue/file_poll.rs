@@ -216,8 +216,8 @@ impl FilePoll {
     /// Leaves the file's wait queue (`vhost_poll_stop`), so that a sender
     /// that finds it empty skips the wakeup entirely (`skwq_has_sleeper`)
     /// instead of taking the queue's lock and running our callback for
-    /// every packet: about 90 instructions per 64-byte packet on the
-    /// sender's CPU while the RX worker drains a busy tap.
+    /// every packet on the sender's CPU while the RX worker drains a busy
+    /// tap.
     pub(crate) fn leave(self: Pin<&mut Self>) {
         // Nothing is moved out: only the `Cell`s are used.
         let this = self.into_ref().get_ref();

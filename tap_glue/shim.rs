@@ -8,7 +8,7 @@
 //! (`vnr_shim.c`, mirrored by `vnr_shim.h`), which wraps what Rust cannot
 //! express: single 16-bit user accesses (`get_user`/`put_user` are macros),
 //! inline helpers of `ptr_ring`, `xdp_buff` and tun, and the current task's
-//! state. Callers are in `worker.rs`, `uaccess.rs` and `tap_glue.rs`.
+//! state. Callers are in `worker.rs`, `uaccess.rs`, `tap.rs` and the batches.
 
 use crate::vring::Store8;
 use core::ffi::c_void;

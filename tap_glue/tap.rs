@@ -111,8 +111,7 @@ impl TapSocket {
     /// Runs `f` with a message over the user buffers `iov` (`len` bytes).
     /// The message points into `iov`, so it lives only inside this call.
     /// One buffer, the usual packet, becomes an `ITER_UBUF` message, whose
-    /// copies skip the segment walk of an `ITER_IOVEC` one (fewer
-    /// instructions per packet in tun's copies than C's vhost-net, which
+    /// copies skip the segment walk of an `ITER_IOVEC` one (C's vhost-net
     /// always builds the latter).
     fn with_msg<R>(iov: &[UserIov], len: usize, dir: u32, flags: u32, f: impl FnOnce(&mut bindings::msghdr) -> R) -> R {
         // SAFETY: `msghdr` is plain data for which all-zeroes is the empty

@@ -196,7 +196,7 @@ impl TxBatch {
         // initialised and can be read. Its first `LEN_LEGACY` bytes are all
         // TX looks at; tun's header is never shorter. The copies below have
         // constant sizes where they can: a variable one is an out-of-line
-        // memcpy per packet (scripts/profile --insns).
+        // memcpy per packet.
         let mut raw = [0u8; VirtioNetHdr::LEN_LEGACY];
         if sock_hlen < raw.len() {
             return Err(EINVAL);

@@ -262,8 +262,8 @@ impl OwnerMem {
 
     /// Copies `dst.len()` bytes from the owner's address `addr` into `dst`,
     /// with the C shim's inlined `_copy_from_user`: the TX path's packet
-    /// copy, and [`UserMemory::read`]'s, where the `UserSlice` path costs
-    /// about 45 instructions more per call (see `vnr_copy_from_user`).
+    /// copy, and [`UserMemory::read`]'s, where the `UserSlice` path goes
+    /// through two more calls (see `vnr_copy_from_user`).
     /// `EFAULT` if any byte could not be read; the rest of `dst` is then
     /// zeroed. Only written to, never read: `dst` may be uninitialised.
     #[inline]

@@ -119,8 +119,7 @@ static_assert(DEFAULT_POLLMASK == (0x0001 | 0x0004 | 0x0040 | 0x0100));
 /*
  * One load of a naturally aligned u16 or u32 (single-copy atomic at the
  * alignment the callers keep) in a user-access scope inlined here, where
- * get_user() calls the out-of-line __get_user_N (9 instructions more per
- * access, scripts/profile --insns).
+ * get_user() calls the out-of-line __get_user_N once per access.
  */
 #define VNR_GET_USER(type)							\
 int vnr_get_user_##type(const type __user *uaddr, type *val)			\
@@ -156,7 +155,7 @@ fault:
  * A 16-byte ring descriptor: two 64-bit loads in one user-access scope,
  * which on x86-64 masks the address rather than checking it and fencing
  * (as copy_from_user() does). copy_from_user() itself is out of line on
- * x86 and, for 16 bytes, costs more than the loads (scripts/profile); C's
+ * x86 and, for 16 bytes, costs more than the loads; C's
  * vhost reads descriptors with the inline __copy_from_user() for the same
  * reason.
  */
@@ -181,8 +180,7 @@ fault:
  * _copy_from_user() (address masked or checked, the speculation barrier,
  * the copy, the rest zeroed on a fault), inlined here, as architectures
  * with INLINE_COPY_USER have it. Rust's UserSlice reaches the same code
- * through two wrappers and the exported _copy_from_user(), about 45
- * instructions more per 64-byte packet (scripts/profile --insns). Like
+ * through two wrappers and the exported _copy_from_user(). Like
  * UserSlice, it leaves out copy_from_user()'s check_copy_size(): the Rust
  * caller bounds the destination. Returns the bytes not copied.
  */

@@ -277,8 +277,7 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
     /// writable one, overflows the chain's length, is not in guest memory
     /// (or not yet in the IOTLB, or not with that access), or does not fit
     /// the iov array. On error the chain is to be dropped. Inlined into
-    /// the ring walks: a call per descriptor cost about 20 instructions
-    /// (`scripts/profile --insns`).
+    /// the ring walks, which call it once per descriptor.
     #[inline(always)]
     pub(crate) fn push(&mut self, addr: u64, len: u32, writable: bool) -> Result<(), VringError> {
         if writable {

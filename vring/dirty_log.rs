@@ -14,7 +14,7 @@
 //! with one atomic OR on its word, never by a read-modify-write.
 //!
 //! This file uses only `core`, like the ring parser: the module sets bits
-//! in the owner's memory (`uaccess.rs`), the host tests in a buffer.
+//! in the owner's memory (`tap_glue/uaccess.rs`), the host tests in a buffer.
 //! Everything here is arithmetic on addresses from userspace and lengths
 //! from the guest, so every sum is checked.
 

@@ -19,7 +19,7 @@
 //! - [`Misses`]: the outstanding misses, one per queue at most, from the
 //!   moment a worker posts one to the update that answers it.
 //!
-//! Like `memory.rs`, this file uses only `core`: the host test crate
+//! Like `mem_table.rs`, this file uses only `core`: the host test crate
 //! (`tests/host`) compiles it for `cargo test` and cargo-fuzz. The storage
 //! of the table is the caller's (a `KVec` in the module, a `Vec` on the
 //! host), allocated once at its full size.
@@ -90,7 +90,7 @@ pub(crate) struct Mapping {
     seq: u64,
     /// The largest `last` of this mapping and of every mapping sorted
     /// before it, which makes the lookup a binary search although mappings
-    /// may overlap (as in `memory.rs`).
+    /// may overlap (as in `mem_table.rs`).
     reach: u64,
 }
 

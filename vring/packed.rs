@@ -14,9 +14,9 @@
 //! The same rules for untrusted input as [`crate::vring`]: every index is
 //! bounded by the ring size, a chain by the free part of the ring, every
 //! buffer goes through the memory table and [`ChainBuilder`], and a
-//! malformed ring yields a [`VringError`] with nothing consumed. Like
-//! `vring.rs`, this file uses only `core` and is tested and fuzzed on the
-//! host (`tests/host`).
+//! malformed ring yields a [`VringError`] with nothing consumed. Like the
+//! rest of the ring layer, this file uses only `core` and is tested and
+//! fuzzed on the host (`tests/host`).
 //!
 //! Flags are read with single-copy-atomic 16-bit accesses: the device reads
 //! a descriptor's flags, then (after a read barrier) the rest of it. It
@@ -548,9 +548,8 @@ impl PackedRing {
     ///
     /// Such used descriptors are adjacent, 16 bytes apart, and go out as
     /// runs of values up to the ring's end, without an offset and a
-    /// position step each (`scripts/profile --insns`, TX 64 B: 53
-    /// instructions per packet down to 29, the shim's loop included), and
-    /// without a pass over the batch to learn that they all are.
+    /// position step each, and without a pass over the batch to learn that
+    /// they all are.
     /// The caller checked that `rest` fits what is in flight if they are.
     fn write_rest_adjacent<M: UserMemory>(
         &self,
@@ -678,8 +677,8 @@ impl PackedRing {
 
     /// Writes the device event area's flags, unless this ring wrote the same
     /// value last: one user store fewer per run. The check is inlined into
-    /// the callers, which nearly always find the flags written already (a
-    /// call per enable and disable, `scripts/profile --insns`).
+    /// the callers, which nearly always find the flags written already
+    /// (rather than a call per enable and disable).
     #[inline(always)]
     fn set_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
         if self.device_flags == Some(flags) {

@@ -3,7 +3,7 @@
 //! One virtqueue ring, split or packed: the single interface the data path
 //! sees. The format is fixed when the ring starts (from the acked
 //! `VIRTIO_F_RING_PACKED`); every method dispatches inside this type, so
-//! `net.rs` never branches on it.
+//! the data path (`net/`) never branches on it.
 //!
 //! Like the parsers it wraps, this file uses only `core` and is compiled
 //! into the host tests.
