@@ -21,7 +21,8 @@ pub(crate) mod rx;
 pub(crate) mod tx;
 
 use crate::vring::features::{bit, mask, Features};
-use crate::vring::MAX_SEGMENTS;
+use crate::vhost::virtqueue::{Ended, RunError};
+use crate::vring::{Stop, VringError, MAX_SEGMENTS};
 
 /// The queues of a device: vq 0 receives, vq 1 transmits.
 pub(crate) const RX_INDEX: u32 = 0;
@@ -63,3 +64,41 @@ pub(crate) const NET_FEATURES: Features = Features::from_bits(
     // the device IOTLB (`vring/iotlb.rs`, `vhost/device_iotlb.rs`).
     | mask(bit::VIRTIO_F_ACCESS_PLATFORM),
 );
+
+/// Why a run of the net data path stopped before it was done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NetError {
+    /// The ring stopped it: malformed, faulted, or a device IOTLB miss.
+    Ring(Stop),
+    /// A chain with the wrong kind of buffers for its queue: a TX chain
+    /// with writable buffers, an RX chain with readable ones.
+    WrongDirection,
+    /// An RX chain with no writable bytes: it cannot hold any part of a
+    /// packet, and must not be counted in `num_buffers`.
+    EmptyRxBuffer,
+    /// A TX chain shorter than the virtio-net header it must start with.
+    ShortPacket,
+}
+
+impl From<Stop> for NetError {
+    fn from(stop: Stop) -> Self {
+        NetError::Ring(stop)
+    }
+}
+
+impl From<VringError> for NetError {
+    fn from(err: VringError) -> Self {
+        NetError::Ring(Stop::Error(err))
+    }
+}
+
+impl RunError for NetError {
+    fn ended(&self) -> Ended {
+        match self {
+            NetError::Ring(stop) => stop.ended(),
+            // The guest put the wrong buffers on the ring: as malformed as
+            // a bad descriptor, as in C ("unexpected descriptor format").
+            NetError::WrongDirection | NetError::EmptyRxBuffer | NetError::ShortPacket => Ended::Broken,
+        }
+    }
+}

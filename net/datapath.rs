@@ -10,7 +10,7 @@ use crate::tap_glue::tap::UserIov;
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 
-use crate::vring::{segments_from, UserMemory, Iov, VringError, MAX_SEGMENTS};
+use crate::vring::{Stop, segments_from, UserMemory, Iov, VringError, MAX_SEGMENTS};
 
 use kernel::prelude::*;
 
@@ -85,7 +85,7 @@ pub(super) fn ring_ran_dry<B: Backend, M: UserMemory>(
     active: &mut ActiveRing<'_, B>,
     mem: &M,
     weight: &mut Weight,
-) -> Result<bool, VringError> {
+) -> Result<bool, Stop> {
     let more = active.wait_for_kick(mem)?;
     if more {
         weight.packets += 1;
@@ -107,7 +107,7 @@ pub(super) fn to_user_iov(iov: &[Iov], skip: u64, uiov: &mut [UserIov]) -> usize
 }
 
 /// Writes `data` at byte `offset` of the buffer described by `iov`.
-pub(super) fn write_iov<M: UserMemory>(mem: &M, iov: &[Iov], offset: u64, data: &[u8]) -> Result<(), VringError> {
+pub(super) fn write_iov<M: UserMemory>(mem: &M, iov: &[Iov], offset: u64, data: &[u8]) -> Result<(), Stop> {
     let mut done = 0usize;
     for seg in segments_from(iov, offset) {
         if done == data.len() {
@@ -120,7 +120,7 @@ pub(super) fn write_iov<M: UserMemory>(mem: &M, iov: &[Iov], offset: u64, data: 
     if done == data.len() {
         Ok(())
     } else {
-        Err(VringError::Fault)
+        Err(VringError::Fault.into())
     }
 }
 
@@ -130,7 +130,7 @@ pub(super) fn write_iov<M: UserMemory>(mem: &M, iov: &[Iov], offset: u64, data: 
 /// through [`write_iov`], whose copy goes through the kernel's out-of-line
 /// `copy_to_user`: too much for two bytes of every RX packet.
 #[inline]
-pub(super) fn write_num_buffers(owner: &OwnerMem, iov: &[Iov], num_buffers: u16) -> Result<(), VringError> {
+pub(super) fn write_num_buffers(owner: &OwnerMem, iov: &[Iov], num_buffers: u16) -> Result<(), Stop> {
     let offset = VirtioNetHdr::NUM_BUFFERS_OFFSET as u64;
     let bytes = num_buffers.to_le_bytes();
     if let Some(first) = iov.first() {

@@ -3,6 +3,7 @@
 //! Virtio-net RX: the tap to the guest's RX ring ([`RxBackend`]), in the
 //! queue's worker with the queue's lock held (C's `handle_rx`).
 
+use crate::net::NetError;
 use crate::vring::Features;
 use super::datapath::NetConfig;
 use crate::vring::net_hdr::VirtioNetHdr;
@@ -15,7 +16,7 @@ use crate::tap_glue::tap::{TapSocket, UserIov};
 use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::net::{MAX_BATCH, MAX_RX_HEADS};
-use crate::vring::{positions, UserMemory, UsedElem, VringError};
+use crate::vring::{Stop, positions, UserMemory, UsedElem, VringError};
 use crate::tap_glue::worker::Waker;
 use kernel::{
     fs::File,
@@ -92,7 +93,7 @@ fn gather_rx<M: UserMemory, T: Translate + ?Sized>(
     first: usize,
     need: u64,
     mergeable: bool,
-) -> Result<Gather, VringError> {
+) -> Result<Gather, NetError> {
     let (mut heads, mut segs, mut got) = (0usize, 0usize, 0u64);
     while got < need {
         if heads == MAX_RX_HEADS || segs == active.iov.len() || (!mergeable && heads == 1) {
@@ -107,10 +108,10 @@ fn gather_rx<M: UserMemory, T: Translate + ?Sized>(
             // The chains taken so far left too few iov segments for this
             // one: the packet needs more than one packet may use, which is
             // not the guest's fault (pop consumed nothing).
-            Err(VringError::TooManySegments) if heads > 0 => return Ok(Gather::TooSmall { heads }),
+            Err(Stop::Error(VringError::TooManySegments)) if heads > 0 => return Ok(Gather::TooSmall { heads }),
             Err(err) => {
                 active.ring.unpop(positions(&active.heads[first..first + heads]));
-                return Err(err);
+                return Err(err.into());
             }
         };
         // A chain the device cannot write into: readable buffers, or no
@@ -118,7 +119,7 @@ fn gather_rx<M: UserMemory, T: Translate + ?Sized>(
         // format for RX"). It must not count in num_buffers.
         if chain.readable != 0 || chain.writable == 0 {
             active.ring.unpop(positions(&active.heads[first..first + heads]) + u32::from(chain.positions));
-            return Err(if chain.readable != 0 { VringError::WrongDirection } else { VringError::EmptyRxBuffer });
+            return Err(if chain.readable != 0 { NetError::WrongDirection } else { NetError::EmptyRxBuffer });
         }
         let take = core::cmp::min(chain.writable_len, need - got);
         active.heads[first + heads] = UsedElem::of(&chain, take as u32);
@@ -136,7 +137,7 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
     active: &mut ActiveRing<'_, RxBackend>,
     mem: &M,
     space: &T,
-) -> Result<bool, VringError> {
+) -> Result<bool, NetError> {
     let NetConfig { hdr, mergeable, set_num_buffers } = active.config;
     let mut weight = Weight::default();
     let (mut delivered, mut bytes, mut drops) = (0u64, 0u64, 0u64);
@@ -152,10 +153,10 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
     // not published yet. They go out MAX_BATCH at a time and when the run
     // ends, whatever ends it.
     let mut pending = 0usize;
-    let result = loop {
+    let result: Result<bool, NetError> = loop {
         if pending >= MAX_BATCH {
             if let Err(err) = active.publish(mem, pending) {
-                break Err(err);
+                break Err(err.into());
             }
             pending = 0;
         }
@@ -172,7 +173,7 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
                     Some(len) => len,
                     None => break Ok(false),
                 },
-                Err(err) => break Err(err),
+                Err(err) => break Err(err.into()),
             },
         };
         // A second packet in one run: the tap is busy, and its senders
@@ -198,7 +199,7 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
             Ok(Gather::Empty) => match ring_ran_dry(active, mem, &mut weight) {
                 Ok(true) => continue,
                 Ok(false) => break Ok(false),
-                Err(err) => break Err(err),
+                Err(err) => break Err(err.into()),
             },
             Err(err) => break Err(err),
         };
@@ -228,7 +229,7 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
             // The packet is lost; its buffers go back with the ring's
             // position (vhost_discard_vq_desc).
             active.ring.unpop(positions(&active.heads[pending..pending + heads]));
-            break Err(err);
+            break Err(err.into());
         }
         // Migration: the pages the packet went to are dirty now.
         active.log_written(&active.iov[..segs], need);
@@ -240,7 +241,7 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
     };
     let published = active.publish(mem, pending);
     active.stats.add_run(delivered, bytes, drops);
-    result.and_then(|more| published.map(|()| more))
+    result.and_then(|more| published.map(|()| more).map_err(NetError::from))
 }
 
 impl Backend for RxBackend {
@@ -248,6 +249,7 @@ impl Backend for RxBackend {
     const HEADS: usize = MAX_RX_HEADS + MAX_BATCH;
     type Scratch = RxScratch;
     type Config = NetConfig;
+    type Error = NetError;
 
     fn config(features: Features) -> NetConfig {
         NetConfig::of(features)
@@ -267,10 +269,10 @@ impl Backend for RxBackend {
         Ok(())
     }
 
-    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
+    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, NetError> {
         struct Run<'r, 'a>(&'r mut ActiveRing<'a, RxBackend>);
         impl OnRingMemory for Run<'_, '_> {
-            type Output = Result<bool, VringError>;
+            type Output = Result<bool, NetError>;
             fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
                 handle_rx(self.0, mem, translate)
             }

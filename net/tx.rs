@@ -3,6 +3,7 @@
 //! Virtio-net TX: the guest's TX ring to the tap ([`TxBackend`]), in the
 //! queue's worker with the queue's lock held (C's `handle_tx`).
 
+use crate::net::NetError;
 use crate::vring::Features;
 use super::datapath::NetConfig;
 use crate::tap_glue::file_poll::{FilePoll, POLLOUT};
@@ -16,7 +17,7 @@ use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::net::MAX_BATCH;
-use crate::vring::{Chain, UserMemory, Iov, UsedElem, VringError};
+use crate::vring::{Chain, UserMemory, Iov, UsedElem};
 use crate::tap_glue::worker::Waker;
 use kernel::{
     fs::File,
@@ -114,14 +115,14 @@ fn tx_one(
     chain: &Chain,
     format: TxFormat,
     tally: &mut TxTally,
-) -> Result<TxStep, VringError> {
+) -> Result<TxStep, NetError> {
     if chain.writable != 0 {
-        return Err(VringError::WrongDirection);
+        return Err(NetError::WrongDirection);
     }
     let TxFormat { hdr, batch_headroom } = format;
     let vhost_hlen = hdr.vhost as u64;
     if chain.readable_len < vhost_hlen {
-        return Err(VringError::ShortPacket);
+        return Err(NetError::ShortPacket);
     }
     let len = (chain.readable_len - vhost_hlen) as usize;
     let readable = &iov[..chain.readable];
@@ -169,7 +170,7 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
     active: &mut ActiveRing<'_, TxBackend>,
     mem: &M,
     space: &T,
-) -> Result<bool, VringError> {
+) -> Result<bool, NetError> {
     let hdr = active.config.hdr;
     let mut weight = Weight::default();
     let mut pending = 0usize;
@@ -179,7 +180,7 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
     // from either meanwhile (vhost_net_disable_vq, vhost_disable_notify).
     active.backend.space = None;
     active.disable_notify(mem)?;
-    let result = loop {
+    let result: Result<bool, NetError> = loop {
         if weight.exceeded() {
             break Ok(true);
         }
@@ -191,15 +192,15 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
                 match active.busy_poll(|active| active.ring.has_avail(mem)) {
                     Ok(true) => continue,
                     Ok(false) => {}
-                    Err(err) => break Err(err),
+                    Err(err) => break Err(err.into()),
                 }
                 match ring_ran_dry(active, mem, &mut weight) {
                     Ok(true) => continue,
                     Ok(false) => break Ok(false),
-                    Err(err) => break Err(err),
+                    Err(err) => break Err(err.into()),
                 }
             }
-            Err(err) => break Err(err),
+            Err(err) => break Err(err.into()),
         };
         match tx_one(active.owner, &active.backend.sock, active.scratch, active.iov, &chain, format, &mut tally) {
             Ok(TxStep::Consumed { len }) => {
@@ -221,7 +222,7 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
         if pending == MAX_BATCH {
             active.scratch.send_batch(&active.backend.sock, &mut tally);
             if let Err(err) = active.publish(mem, pending) {
-                break Err(err);
+                break Err(err.into());
             }
             pending = 0;
         }
@@ -233,13 +234,14 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
     active.scratch.send_batch(&active.backend.sock, &mut tally);
     let published = active.publish(mem, pending);
     active.stats.add_run(tally.sent, tally.bytes, tally.drops);
-    result.and_then(|more| published.map(|()| more))
+    result.and_then(|more| published.map(|()| more).map_err(NetError::from))
 }
 
 impl Backend for TxBackend {
     const HEADS: usize = MAX_BATCH;
     type Scratch = TxScratch;
     type Config = NetConfig;
+    type Error = NetError;
 
     fn config(features: Features) -> NetConfig {
         NetConfig::of(features)
@@ -260,10 +262,10 @@ impl Backend for TxBackend {
         Ok(())
     }
 
-    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError> {
+    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, NetError> {
         struct Run<'r, 'a>(&'r mut ActiveRing<'a, TxBackend>);
         impl OnRingMemory for Run<'_, '_> {
-            type Output = Result<bool, VringError>;
+            type Output = Result<bool, NetError>;
             fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
                 handle_tx(self.0, mem, translate)
             }

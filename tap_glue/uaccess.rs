@@ -15,7 +15,7 @@ use kernel::mm::Mm;
 use crate::tap_glue::compat;
 use crate::vring::dirty_log::{LogBitmap, LogError};
 use crate::tap_glue::shim;
-use crate::vring::{UserMemory, Store8, VringError};
+use crate::vring::{Stop, UserMemory, Store8, VringError};
 use core::{
     mem::MaybeUninit,
     sync::atomic::{AtomicUsize, Ordering},
@@ -45,9 +45,9 @@ pub(crate) fn user_limit() -> u64 {
 /// `vnr_get_user_u32` for `u32`), which takes any user address: it masks
 /// or checks the address itself and handles faults.
 #[inline(always)]
-unsafe fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T) -> c_int) -> Result<T, VringError> {
+unsafe fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T) -> c_int) -> Result<T, Stop> {
     if addr % core::mem::size_of::<T>() as u64 != 0 {
-        return Err(VringError::Fault);
+        return Err(VringError::Fault.into());
     }
     let p = uptr(addr)?;
     let mut val = T::default();
@@ -55,7 +55,7 @@ unsafe fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T
     // address safely; `val` is a valid local to write to.
     let ret = unsafe { get(p.as_const_ptr().cast(), &mut val) };
     if ret != 0 {
-        return Err(VringError::Fault);
+        return Err(VringError::Fault.into());
     }
     Ok(val)
 }
@@ -75,8 +75,8 @@ pub(crate) struct OwnerMem {
     _not_send: PhantomData<*const ()>,
 }
 
-fn uptr(addr: u64) -> Result<UserPtr, VringError> {
-    usize::try_from(addr).map(UserPtr::from_addr).map_err(|_| VringError::Fault)
+fn uptr(addr: u64) -> Result<UserPtr, Stop> {
+    usize::try_from(addr).map(UserPtr::from_addr).map_err(|_| Stop::Error(VringError::Fault))
 }
 
 impl UserMemory for OwnerMem {
@@ -86,33 +86,33 @@ impl UserMemory for OwnerMem {
         self
     }
 
-    fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
+    fn read_u16(&self, addr: u64) -> Result<u16, Stop> {
         // SAFETY: the shim's load of a u16.
         unsafe { load(addr, shim::vnr_get_user_u16) }.map(u16::from_le)
     }
 
-    fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
+    fn read_u32(&self, addr: u64) -> Result<u32, Stop> {
         // SAFETY: the shim's load of a u32.
         unsafe { load(addr, shim::vnr_get_user_u32) }.map(u32::from_le)
     }
 
-    fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
+    fn write_u16(&self, addr: u64, val: u16) -> Result<(), Stop> {
         if addr % 2 != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         let p = uptr(addr)?;
         // SAFETY: the shim's user-access scope masks or checks the address
         // itself and handles faults.
         let ret = unsafe { shim::vnr_put_user_u16(p.as_mut_ptr().cast(), val.to_le()) };
         if ret != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         Ok(())
     }
 
-    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError> {
+    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), Stop> {
         if addr % 8 != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         let p = uptr(addr)?;
         // A native store of the bytes' native value writes them in order.
@@ -120,22 +120,22 @@ impl UserMemory for OwnerMem {
         // SAFETY: `put_user` checks the address itself and handles faults.
         let ret = unsafe { shim::vnr_put_user_u64(p.as_mut_ptr().cast(), val) };
         if ret != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         Ok(())
     }
 
-    fn write_8_each(&self, area: u64, area_len: u64, stores: &[Store8]) -> Result<(), VringError> {
+    fn write_8_each(&self, area: u64, area_len: u64, stores: &[Store8]) -> Result<(), Stop> {
         // Nothing to store: no user access.
         if stores.is_empty() {
             return Ok(());
         }
         if area % 8 != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         let base = uptr(area)?;
-        let len = usize::try_from(area_len).map_err(|_| VringError::Fault)?;
-        let count = c_uint::try_from(stores.len()).map_err(|_| VringError::Fault)?;
+        let len = usize::try_from(area_len).map_err(|_| Stop::Error(VringError::Fault))?;
+        let count = c_uint::try_from(stores.len()).map_err(|_| Stop::Error(VringError::Fault))?;
         // SAFETY: `Store8` has the layout of the shim's `struct vnr_store8`
         // (asserted in shim.rs and in the shim), and `stores` holds `count` of
         // them. The shim checks that every offset lies, 8-byte aligned,
@@ -143,42 +143,42 @@ impl UserMemory for OwnerMem {
         // access_ok, and handles faults.
         let ret = unsafe { shim::vnr_put_user_u64_each(base.as_mut_ptr().cast(), len, stores.as_ptr(), count) };
         if ret != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         Ok(())
     }
 
-    fn write_8_spaced(&self, addr: u64, spacing: u64, vals: &[u64]) -> Result<(), VringError> {
+    fn write_8_spaced(&self, addr: u64, spacing: u64, vals: &[u64]) -> Result<(), Stop> {
         if vals.is_empty() {
             return Ok(());
         }
         if addr % 8 != 0 || spacing % 8 != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         let base = uptr(addr)?;
-        let spacing = usize::try_from(spacing).map_err(|_| VringError::Fault)?;
-        let count = c_uint::try_from(vals.len()).map_err(|_| VringError::Fault)?;
+        let spacing = usize::try_from(spacing).map_err(|_| Stop::Error(VringError::Fault))?;
+        let count = c_uint::try_from(vals.len()).map_err(|_| Stop::Error(VringError::Fault))?;
         // SAFETY: `vals` holds `count` values. The shim checks the whole
         // span the stores cover with access_ok (refusing a span that
         // overflows) and handles faults.
         let ret = unsafe { shim::vnr_put_user_u64_spaced(base.as_mut_ptr().cast(), spacing, vals.as_ptr(), count) };
         if ret != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         Ok(())
     }
 
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Stop> {
         let len = buf.len();
         // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
         // `read_into` only ever writes initialised bytes (the owner's, or
         // zeroes where a fault stopped the copy), so `buf` stays valid.
         let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<MaybeUninit<u8>>(), len) };
-        self.read_into(addr, dst).map_err(|_| VringError::Fault)
+        self.read_into(addr, dst).map_err(|_| Stop::Error(VringError::Fault))
     }
 
     #[inline]
-    fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
+    fn read_16(&self, addr: u64) -> Result<[u8; 16], Stop> {
         let p = uptr(addr)?;
         let mut bytes = [0u8; 16];
         // SAFETY: The shim checks (masks) the address itself, in a scoped
@@ -186,13 +186,13 @@ impl UserMemory for OwnerMem {
         // 16 bytes.
         let ret = unsafe { shim::vnr_read_user_16(p.as_const_ptr().cast(), bytes.as_mut_ptr()) };
         if ret != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         Ok(bytes)
     }
 
     #[inline]
-    fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], VringError> {
+    fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], Stop> {
         // The shim's two 64-bit loads are single-copy atomic when each is
         // aligned; a ring behind the device IOTLB may be mapped at any
         // 8-byte-aligned owner address.
@@ -206,16 +206,16 @@ impl UserMemory for OwnerMem {
         // after a read barrier.
         let ret = unsafe { shim::vnr_read_user_16_acquire(p.as_const_ptr().cast(), bytes.as_mut_ptr()) };
         if ret != 0 {
-            return Err(VringError::Fault);
+            return Err(VringError::Fault.into());
         }
         Ok(bytes)
     }
 
-    fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError> {
+    fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Stop> {
         UserSlice::new(uptr(addr)?, buf.len())
             .writer()
             .write_slice(buf)
-            .map_err(|_| VringError::Fault)
+            .map_err(|_| Stop::Error(VringError::Fault))
     }
 
     fn mb(&self) {

@@ -58,7 +58,7 @@ use crate::vring::ring::Ring;
 use crate::tap_glue::uaccess::user_limit;
 
 use crate::vring::split::parts_end_below;
-use crate::vring::{Iov, UsedElem, SplitRing, VringError};
+use crate::vring::{Stop, Iov, UsedElem, SplitRing, VringError};
 mod config;
 mod run;
 
@@ -106,10 +106,42 @@ pub(crate) trait Backend: Send + Sized + Unpin {
     /// attached (vhost_net_enable_vq); an error leaves it unattached.
     fn enable(&mut self, waker: &Arc<Waker>) -> Result;
 
+    /// Why a run of this backend's data path can stop early.
+    type Error: RunError;
+
     /// Runs the data path once over a running ring. Returns true if it
-    /// stopped because its weight ran out and work remains. An error is a
-    /// malformed ring: the queue stops (see [`VqState::fail`]).
-    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, VringError>;
+    /// stopped because its weight ran out and work remains; an error says
+    /// why it stopped before it was done (see [`RunError`]).
+    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, Self::Error>;
+}
+
+/// What a run that stopped early leaves the queue to do.
+pub(crate) enum Ended {
+    /// An address missed in the device IOTLB: the miss is posted for
+    /// userspace, whose update wakes the queue. Not an error.
+    Missed,
+    /// The owner's memory faulted: not the guest's doing; the queue asks the
+    /// guest for a kick and tries again then.
+    Faulted,
+    /// The ring, or what the guest put on it, is malformed: the queue stops
+    /// until userspace reconfigures it.
+    Broken,
+}
+
+/// Why a run of the data path stopped early.
+pub(crate) trait RunError: core::fmt::Debug {
+    /// What the queue must do about it.
+    fn ended(&self) -> Ended;
+}
+
+impl RunError for Stop {
+    fn ended(&self) -> Ended {
+        match self {
+            Stop::Miss => Ended::Missed,
+            Stop::Error(VringError::Fault) => Ended::Faulted,
+            Stop::Error(_) => Ended::Broken,
+        }
+    }
 }
 
 /// A queue's configuration as the device's control plane sees it, whatever

@@ -6,7 +6,7 @@
 //! (`ChainBuilder`, `IndirectTable`).
 
 use super::mem_table::{Access, Translate};
-use super::error::VringError;
+use super::error::{Stop, VringError};
 use super::split::USED_ELEM_SIZE;
 use super::user_memory::UserMemory;
 
@@ -181,14 +181,14 @@ impl IndirectTable {
     /// a table that is not all mapped is refused (or, through the device
     /// IOTLB, missed at its first unmapped byte) before any of its buffers
     /// are looked at.
-    pub(crate) fn new<T: Translate + ?Sized>(space: &T, addr: u64, len: u32) -> Result<Self, VringError> {
+    pub(crate) fn new<T: Translate + ?Sized>(space: &T, addr: u64, len: u32) -> Result<Self, Stop> {
         let len = u64::from(len);
         if len == 0 || len % DESC_SIZE != 0 || len / DESC_SIZE > MAX_SEGMENTS as u64 {
-            return Err(VringError::BadIndirectLen);
+            return Err(VringError::BadIndirectLen.into());
         }
         let mut owner = None;
         let mut pieces = 0u32;
-        space.for_each_piece(addr, len, Access::Read, |seg| -> Result<(), VringError> {
+        space.for_each_piece(addr, len, Access::Read, |seg| -> Result<(), Stop> {
             owner.get_or_insert(seg.uaddr);
             pieces += 1;
             Ok(())
@@ -207,14 +207,14 @@ impl IndirectTable {
         mem: &M,
         space: &T,
         i: u64,
-    ) -> Result<[u8; 16], VringError> {
+    ) -> Result<[u8; 16], Stop> {
         if i >= self.count {
-            return Err(VringError::BadNext);
+            return Err(VringError::BadNext.into());
         }
         match self.owner {
             // Inside the one piece checked in `new`: `i * 16` is below the
             // table's length, and the piece's owner range does not wrap.
-            Some(base) => mem.owner().read_16(base + i * DESC_SIZE).map_err(|_| VringError::NotMapped),
+            Some(base) => mem.owner().read_16(base + i * DESC_SIZE).map_err(|_| Stop::Error(VringError::NotMapped)),
             None => read_indirect_bytes(mem, space, self.addr, i),
         }
     }
@@ -229,13 +229,13 @@ fn read_indirect_bytes<M: UserMemory, T: Translate + ?Sized>(
     space: &T,
     table: u64,
     i: u64,
-) -> Result<[u8; 16], VringError> {
+) -> Result<[u8; 16], Stop> {
     let at = i.checked_mul(DESC_SIZE).and_then(|off| table.checked_add(off)).ok_or(VringError::NotMapped)?;
     let mut bytes = [0u8; 16];
     let mut off = 0usize;
     // Into a local buffer: a translation that fails midway leaves nothing
     // behind that anyone reads.
-    space.for_each_piece(at, DESC_SIZE, Access::Read, |seg| -> Result<(), VringError> {
+    space.for_each_piece(at, DESC_SIZE, Access::Read, |seg| -> Result<(), Stop> {
         // The pieces add up to the 16 bytes asked for; a translation that
         // gave more would be refused, not trusted.
         let end = usize::try_from(seg.len).ok().and_then(|n| off.checked_add(n)).ok_or(VringError::NotMapped)?;
@@ -279,16 +279,16 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
     /// the iov array. On error the chain is to be dropped. Inlined into
     /// the ring walks, which call it once per descriptor.
     #[inline(always)]
-    pub(crate) fn push(&mut self, addr: u64, len: u32, writable: bool) -> Result<(), VringError> {
+    pub(crate) fn push(&mut self, addr: u64, len: u32, writable: bool) -> Result<(), Stop> {
         if writable {
             self.seen_in = true;
         } else if self.seen_in {
-            return Err(VringError::OutAfterIn);
+            return Err(VringError::OutAfterIn.into());
         }
         let len = u64::from(len);
         self.total = self.total.checked_add(len).ok_or(VringError::LenOverflow)?;
         if self.total > MAX_CHAIN_LEN {
-            return Err(VringError::LenOverflow);
+            return Err(VringError::LenOverflow.into());
         }
         // The buffer's last byte must exist; it may be the last of the
         // 64-bit space (the IOTLB can map it; a memory region cannot).
@@ -298,7 +298,7 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
         let before = self.nseg;
         let (iov, nseg) = (&mut *self.iov, &mut self.nseg);
         let access = if writable { Access::Write } else { Access::Read };
-        self.space.for_each_piece(addr, len, access, |seg| -> Result<(), VringError> {
+        self.space.for_each_piece(addr, len, access, |seg| -> Result<(), Stop> {
             let slot = iov.get_mut(*nseg).ok_or(VringError::TooManySegments)?;
             *slot = Iov { gpa: seg.gpa, addr: seg.uaddr, len: seg.len };
             *nseg += 1;

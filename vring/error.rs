@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What a malformed ring is: the parsers' errors.
+//! What a malformed ring is (the parsers' errors), and why a ring operation
+//! stops before it is done (an error, or a device IOTLB miss).
 
 use super::mem_table::TranslateError;
 
@@ -34,26 +35,11 @@ pub(crate) enum VringError {
     /// A buffer address not covered by the memory table (or the IOTLB's
     /// range check).
     NotMapped,
-    /// The device IOTLB has no mapping for an address yet: not the guest's
-    /// error. Nothing was consumed; the queue waits until userspace maps
-    /// it. The address is the IOTLB's `last_fault`: an error with fields
-    /// made every parse step slower (about 35% per chain on the host),
-    /// since every result carries it.
-    IotlbMiss,
     /// The device IOTLB maps an address without the access the device
-    /// needs (a writable buffer in a read-only mapping); see `IotlbMiss`
-    /// for where the address is.
+    /// needs (a writable buffer in a read-only mapping).
     AccessDenied,
     /// A chain that translates into more than [`MAX_SEGMENTS`] pieces.
     TooManySegments,
-    /// A chain with the wrong kind of buffers for this queue (a TX chain
-    /// with writable buffers, an RX chain with readable ones).
-    WrongDirection,
-    /// An RX chain with no writable bytes: it cannot hold any part of a
-    /// packet, and must not be counted in `num_buffers`.
-    EmptyRxBuffer,
-    /// A TX chain shorter than the virtio-net header it must start with.
-    ShortPacket,
     /// More used entries returned than chains were taken (a packed ring
     /// counts them; this is the device's own bug, never the guest's).
     BadUsed,
@@ -68,12 +54,30 @@ pub(crate) enum VringError {
     UsedWriteFailed,
 }
 
-impl From<TranslateError> for VringError {
+/// Why a ring operation stopped before it was done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The ring is malformed, or its memory could not be accessed.
+    Error(VringError),
+    /// The device IOTLB has no mapping for an address yet. Not an error:
+    /// nothing was consumed, and the operation is done again once userspace
+    /// has mapped it. The address is the IOTLB's `last_fault` (a result
+    /// that carried it would make every parse step carry it too).
+    Miss,
+}
+
+impl From<VringError> for Stop {
+    fn from(err: VringError) -> Self {
+        Stop::Error(err)
+    }
+}
+
+impl From<TranslateError> for Stop {
     fn from(err: TranslateError) -> Self {
         match err {
-            TranslateError::NotMapped => VringError::NotMapped,
-            TranslateError::Miss { .. } => VringError::IotlbMiss,
-            TranslateError::Denied { .. } => VringError::AccessDenied,
+            TranslateError::NotMapped => Stop::Error(VringError::NotMapped),
+            TranslateError::Miss { .. } => Stop::Miss,
+            TranslateError::Denied { .. } => Stop::Error(VringError::AccessDenied),
         }
     }
 }

@@ -25,7 +25,7 @@
 //! host), allocated once at its full size.
 
 use crate::vring::mem_table::{Access, Segment, Translate, TranslateError};
-use crate::vring::{read_16_flags_first, UserMemory, VringError};
+use crate::vring::{Stop, read_16_flags_first, UserMemory, VringError};
 use core::cell::Cell;
 use core::ops::DerefMut;
 
@@ -617,11 +617,11 @@ pub(crate) struct Translated<'a, M, T: ?Sized> {
 impl<'a, M: UserMemory, T: Translate + ?Sized> Translated<'a, M, T> {
     /// The owner address of the 16 bytes at `addr`, if one mapping holds
     /// them all (nearly always, for a descriptor).
-    fn one_piece_16(&self, addr: u64) -> Result<Option<u64>, VringError> {
+    fn one_piece_16(&self, addr: u64) -> Result<Option<u64>, Stop> {
         let mut uaddr = None;
         self.space.for_each_piece(addr, 16, Access::Read, |seg: Segment| {
             uaddr = (seg.len == 16).then_some(seg.uaddr);
-            Ok::<(), VringError>(())
+            Ok::<(), Stop>(())
         })?;
         Ok(uaddr)
     }
@@ -631,16 +631,16 @@ impl<'a, M: UserMemory, T: Translate + ?Sized> Translated<'a, M, T> {
     }
 
     /// The owner address of `[addr, addr + len)`, which must be one piece.
-    fn whole(&self, addr: u64, len: u64, access: Access) -> Result<u64, VringError> {
+    fn whole(&self, addr: u64, len: u64, access: Access) -> Result<u64, Stop> {
         let mut found = None;
         self.space.for_each_piece(addr, len, access, |seg: Segment| {
             if seg.len != len {
-                return Err(VringError::NotMapped);
+                return Err(Stop::Error(VringError::NotMapped));
             }
             found = Some(seg.uaddr);
             Ok(())
         })?;
-        found.ok_or(VringError::NotMapped)
+        found.ok_or(Stop::Error(VringError::NotMapped))
     }
 }
 
@@ -651,23 +651,23 @@ impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
         self.mem
     }
 
-    fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
+    fn read_u16(&self, addr: u64) -> Result<u16, Stop> {
         self.mem.read_u16(self.whole(addr, 2, Access::Read)?)
     }
 
-    fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
+    fn read_u32(&self, addr: u64) -> Result<u32, Stop> {
         self.mem.read_u32(self.whole(addr, 4, Access::Read)?)
     }
 
-    fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
+    fn write_u16(&self, addr: u64, val: u16) -> Result<(), Stop> {
         self.mem.write_u16(self.whole(addr, 2, Access::Write)?, val)
     }
 
-    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError> {
+    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), Stop> {
         self.mem.write_8(self.whole(addr, 8, Access::Write)?, bytes)
     }
 
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), VringError> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Stop> {
         let mut done = 0usize;
         self.space.for_each_piece(addr, buf.len() as u64, Access::Read, |seg: Segment| {
             // The pieces add up to the length asked for; one that would
@@ -679,7 +679,7 @@ impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
         })
     }
 
-    fn read_16(&self, addr: u64) -> Result<[u8; 16], VringError> {
+    fn read_16(&self, addr: u64) -> Result<[u8; 16], Stop> {
         // A descriptor in one mapping (nearly always) takes the fast read.
         match self.one_piece_16(addr)? {
             Some(uaddr) => self.mem.read_16(uaddr),
@@ -691,7 +691,7 @@ impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
         }
     }
 
-    fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], VringError> {
+    fn read_16_acquire(&self, addr: u64) -> Result<[u8; 16], Stop> {
         match self.one_piece_16(addr)? {
             Some(uaddr) => self.mem.read_16_acquire(uaddr),
             // Across mappings: the flags on their own first.
@@ -699,7 +699,7 @@ impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
         }
     }
 
-    fn write(&self, addr: u64, buf: &[u8]) -> Result<(), VringError> {
+    fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Stop> {
         let mut done = 0usize;
         self.space.for_each_piece(addr, buf.len() as u64, Access::Write, |seg: Segment| {
             let end = usize::try_from(seg.len).ok().and_then(|n| done.checked_add(n)).ok_or(VringError::NotMapped)?;

@@ -29,7 +29,7 @@ use crate::vring::dirty_log::{LogError, WriteLog};
 use crate::vring::mem_table::Translate;
 use crate::vring::staged::Staged;
 use crate::vring::chain::desc_fields;
-use crate::vring::{
+use crate::vring::{Stop, 
     positions, Chain, ChainBuilder, UserMemory, IndirectTable, Iov, Features, RingLayout,
     Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
 };
@@ -334,13 +334,13 @@ impl PackedRing {
     }
 
     /// Whether the descriptor at `at` is available.
-    fn avail_at<M: UserMemory>(&self, mem: &M, at: Position) -> Result<bool, VringError> {
+    fn avail_at<M: UserMemory>(&self, mem: &M, at: Position) -> Result<bool, Stop> {
         let flags = mem.read_u16(self.desc_addr(at.index) + DESC_FLAGS_OFFSET)?;
         Ok(is_avail(flags, at.wrap))
     }
 
     /// Whether a chain is available at the next avail position.
-    pub(crate) fn has_avail<M: UserMemory>(&self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn has_avail<M: UserMemory>(&self, mem: &M) -> Result<bool, Stop> {
         self.avail_at(mem, self.next_avail)
     }
 
@@ -358,7 +358,7 @@ impl PackedRing {
         mem: &M,
         space: &T,
         iov: &mut [Iov],
-    ) -> Result<Option<Chain>, VringError> {
+    ) -> Result<Option<Chain>, Stop> {
         let first = self.next_avail;
         // The descriptor's other fields are read after the flags that made
         // it available, and so is the rest of the chain, which the driver
@@ -374,7 +374,7 @@ impl PackedRing {
         if desc.flags & (DESC_F_NEXT | DESC_F_INDIRECT) == 0 && self.in_flight < self.num {
             builder.push(desc.addr, desc.len, desc.writable())?;
             if desc.id >= self.num {
-                return Err(VringError::BadHead);
+                return Err(VringError::BadHead.into());
             }
             self.take(first.advance(1, self.num), 1);
             return Ok(Some(builder.finish(desc.id, 1)));
@@ -386,7 +386,7 @@ impl PackedRing {
         let mut count: u16 = 0;
         let id = loop {
             if count == room {
-                return Err(VringError::Loop);
+                return Err(VringError::Loop.into());
             }
             if count > 0 {
                 desc = PackedDesc::parse(&mem.read_16(self.desc_addr(at.index))?);
@@ -395,7 +395,7 @@ impl PackedRing {
             at = at.advance(1, self.num);
             if desc.flags & DESC_F_INDIRECT != 0 {
                 if !self.features.indirect() || desc.flags & DESC_F_NEXT != 0 || count != 1 {
-                    return Err(VringError::IndirectNotAllowed);
+                    return Err(VringError::IndirectNotAllowed.into());
                 }
                 // Inside the table only WRITE counts; NEXT, INDIRECT and
                 // the ids are reserved and ignored (section 2.8.19).
@@ -412,7 +412,7 @@ impl PackedRing {
             }
         };
         if id >= self.num {
-            return Err(VringError::BadHead);
+            return Err(VringError::BadHead.into());
         }
         self.take(at, count);
         Ok(Some(builder.finish(id, count)))
@@ -463,9 +463,9 @@ impl PackedRing {
         mem: &M,
         log: &L,
         elems: &[UsedElem],
-    ) -> Result<(), VringError> {
+    ) -> Result<(), Stop> {
         self.write_used(mem, log, elems).map_err(|err| match err {
-            VringError::Fault => VringError::UsedWriteFailed,
+            Stop::Error(VringError::Fault) => Stop::Error(VringError::UsedWriteFailed),
             err => err,
         })
     }
@@ -475,7 +475,7 @@ impl PackedRing {
         mem: &M,
         log: &L,
         elems: &[UsedElem],
-    ) -> Result<(), VringError> {
+    ) -> Result<(), Stop> {
         let Some((first, rest)) = elems.split_first() else { return Ok(()) };
         // Every chain takes at least one position: the batch takes at least
         // this many, exactly this many when the rest took one each.
@@ -483,7 +483,7 @@ impl PackedRing {
         let least = u32::from(first.positions) + rest.len() as u32;
         if least > u32::from(self.in_flight) {
             // Returning more than was taken: a caller's bug, not the guest's.
-            return Err(VringError::BadUsed);
+            return Err(VringError::BadUsed.into());
         }
         let start = self.next_used;
         let after_first = start.advance(first.positions, self.num);
@@ -499,7 +499,7 @@ impl PackedRing {
             } else {
                 let total = positions(elems);
                 if total > u32::from(self.in_flight) {
-                    return Err(VringError::BadUsed);
+                    return Err(VringError::BadUsed.into());
                 }
                 (self.write_rest(mem, at, &rest[adjacent..])?, total)
             };
@@ -521,7 +521,7 @@ impl PackedRing {
     /// but a batch's first; returns the position after them. They go out
     /// [`USED_STORES`] at a time, each store still one single-copy-atomic
     /// 8 bytes. The caller checked that they fit what is in flight.
-    fn write_rest<M: UserMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, VringError> {
+    fn write_rest<M: UserMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, Stop> {
         let ring_len = DESC_SIZE * u64::from(self.num);
         let mut stores = Staged::<Store8, USED_STORES>::new();
         let mut at = from;
@@ -556,7 +556,7 @@ impl PackedRing {
         mem: &M,
         from: Position,
         rest: &[UsedElem],
-    ) -> Result<(Position, usize), VringError> {
+    ) -> Result<(Position, usize), Stop> {
         let mut vals = Staged::<u64, USED_STORES>::new();
         let mut at = from;
         let mut done = 0;
@@ -596,7 +596,7 @@ impl PackedRing {
     /// last check, following the driver event area: `DISABLE`, `ENABLE`,
     /// or with event-idx `DESC`, an interrupt once the used descriptor at
     /// its position is written.
-    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, Stop> {
         // The used descriptors must be visible before reading the guest's
         // suppression state (section 2.8.21.3).
         mem.mb();
@@ -639,7 +639,7 @@ impl PackedRing {
     /// available. Returns true if a chain is available there already (the
     /// caller must then go on, and charge the retry to its weight). Chains
     /// seen and put back do not count, as in the split ring.
-    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, Stop> {
         let unseen = self.next_avail.advance(self.seen_ahead, self.num);
         if self.features.event_idx() {
             mem.write_u16(self.device + EVENT_OFF_WRAP_OFFSET, unseen.encode())?;
@@ -668,7 +668,7 @@ impl PackedRing {
     /// the RX worker per packet. So `DISABLE` is written, once: the flags
     /// written are remembered (QEMU's packed rings write it on every
     /// disable).
-    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), Stop> {
         if self.features.event_idx() && self.device_flags == Some(EVENT_FLAG_DESC) {
             return Ok(());
         }
@@ -680,7 +680,7 @@ impl PackedRing {
     /// the callers, which nearly always find the flags written already
     /// (rather than a call per enable and disable).
     #[inline(always)]
-    fn set_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
+    fn set_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), Stop> {
         if self.device_flags == Some(flags) {
             return Ok(());
         }
@@ -688,7 +688,7 @@ impl PackedRing {
     }
 
     #[inline(never)]
-    fn write_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), VringError> {
+    fn write_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), Stop> {
         // Unknown until the write is done, should it fault.
         self.device_flags = None;
         mem.write_u16(self.device + EVENT_FLAGS_OFFSET, flags)?;

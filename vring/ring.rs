@@ -11,7 +11,7 @@
 use crate::vring::dirty_log::WriteLog;
 use crate::vring::mem_table::Translate;
 use crate::vring::packed::PackedRing;
-use crate::vring::{Chain, UserMemory, Iov, Features, UsedElem, SplitRing, VringError};
+use crate::vring::{Stop, Chain, UserMemory, Iov, Features, UsedElem, SplitRing};
 
 /// A running ring of either format.
 #[derive(Clone, Copy, Debug)]
@@ -52,7 +52,7 @@ impl Ring {
     }
 
     /// Whether the guest has made buffers available that were not taken.
-    pub(crate) fn has_avail<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn has_avail<M: UserMemory>(&mut self, mem: &M) -> Result<bool, Stop> {
         match self {
             Ring::Split(ring) => Ok(ring.refresh_avail(mem)? != 0),
             Ring::Packed(ring) => ring.has_avail(mem),
@@ -67,7 +67,7 @@ impl Ring {
         mem: &M,
         space: &T,
         iov: &mut [Iov],
-    ) -> Result<Option<Chain>, VringError> {
+    ) -> Result<Option<Chain>, Stop> {
         match self {
             Ring::Split(ring) => ring.pop(mem, space, iov),
             Ring::Packed(ring) => ring.pop(mem, space, iov),
@@ -90,7 +90,7 @@ impl Ring {
         mem: &M,
         log: &L,
         elems: &[UsedElem],
-    ) -> Result<(), VringError> {
+    ) -> Result<(), Stop> {
         match self {
             Ring::Split(ring) => ring.add_used(mem, log, elems),
             Ring::Packed(ring) => ring.add_used(mem, log, elems),
@@ -99,7 +99,7 @@ impl Ring {
 
     /// Whether the guest wants an interrupt for what was used since the
     /// last check.
-    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, Stop> {
         match self {
             Ring::Split(ring) => ring.should_notify(mem),
             Ring::Packed(ring) => ring.should_notify(mem),
@@ -108,7 +108,7 @@ impl Ring {
 
     /// Asks the guest to kick again; true if buffers it had not seen arrived
     /// meanwhile (see [`SplitRing::enable_notify`]).
-    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, Stop> {
         match self {
             Ring::Split(ring) => ring.enable_notify(mem, log),
             Ring::Packed(ring) => ring.enable_notify(mem, log),
@@ -116,7 +116,7 @@ impl Ring {
     }
 
     /// Asks the guest not to kick while the device polls the ring.
-    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), Stop> {
         match self {
             Ring::Split(ring) => ring.disable_notify(mem, log),
             Ring::Packed(ring) => ring.disable_notify(mem, log),

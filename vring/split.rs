@@ -4,7 +4,7 @@
 
 use super::chain::*;
 use super::dirty_log::{LogError, WriteLog};
-use super::error::VringError;
+use super::error::{Stop, VringError};
 use super::features::Features;
 use super::mem_table::Translate;
 use super::staged::Staged;
@@ -162,7 +162,7 @@ impl SplitRing {
     /// `log_used`). As in C, a log that cannot be written does not stop
     /// the ring: the bitmap's room was checked when it was set, so only the
     /// owner unmapping it makes this fail, and the owner then reads no log.
-    fn log_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, offset: u64, len: u64) -> Result<(), VringError> {
+    fn log_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, offset: u64, len: u64) -> Result<(), Stop> {
         let Some(used_gpa) = self.used_log else { return Ok(()) };
         mem.wmb();
         if let Some(gpa) = used_gpa.checked_add(offset) {
@@ -252,11 +252,11 @@ impl SplitRing {
 
     /// Reads `avail->idx` and checks it. Returns how many entries are
     /// available. A jump of more than `num` is a malformed ring.
-    pub(crate) fn refresh_avail<M: UserMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+    pub(crate) fn refresh_avail<M: UserMemory>(&mut self, mem: &M) -> Result<u16, Stop> {
         let idx = mem.read_u16(self.avail_idx_addr())?;
         let pending = idx.wrapping_sub(self.last_avail_idx);
         if u64::from(pending) > self.num64() {
-            return Err(VringError::AvailJump);
+            return Err(VringError::AvailJump.into());
         }
         self.avail_idx = idx;
         Ok(pending)
@@ -273,7 +273,7 @@ impl SplitRing {
         mem: &M,
         space: &T,
         iov: &mut [Iov],
-    ) -> Result<Option<Chain>, VringError> {
+    ) -> Result<Option<Chain>, Stop> {
         if self.avail_idx == self.last_avail_idx {
             if self.refresh_avail(mem)? == 0 {
                 return Ok(None);
@@ -281,7 +281,7 @@ impl SplitRing {
         }
         let head = self.avail_head(mem)?;
         if head > self.mask {
-            return Err(VringError::BadHead);
+            return Err(VringError::BadHead.into());
         }
         let chain = self.walk(mem, space, head, iov)?;
         self.last_avail_idx = self.last_avail_idx.wrapping_add(1);
@@ -293,7 +293,7 @@ impl SplitRing {
     /// [`HEAD_AHEAD`], the last one `avail_idx` covers, and the end of the
     /// ring.
     #[inline(always)]
-    fn avail_head<M: UserMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+    fn avail_head<M: UserMemory>(&mut self, mem: &M) -> Result<u16, Stop> {
         match self.ahead.get(self.last_avail_idx) {
             Some(head) => Ok(head),
             None => self.read_heads(mem),
@@ -304,7 +304,7 @@ impl SplitRing {
     /// `last_avail_idx` and the ones after it. Out of line, so that the
     /// usual case, a head read ahead, stays a few inlined instructions.
     #[inline(never)]
-    fn read_heads<M: UserMemory>(&mut self, mem: &M) -> Result<u16, VringError> {
+    fn read_heads<M: UserMemory>(&mut self, mem: &M) -> Result<u16, Stop> {
         let pending = usize::from(self.avail_idx.wrapping_sub(self.last_avail_idx));
         let to_end = self.num64() - u64::from(self.last_avail_idx & self.mask);
         let count = pending.min(HEAD_AHEAD).min(to_end as usize);
@@ -344,7 +344,7 @@ impl SplitRing {
         self.last_avail_idx = self.last_avail_idx.wrapping_sub(positions as u16);
     }
 
-    fn read_desc<M: UserMemory>(&self, mem: &M, addr: u64) -> Result<Desc, VringError> {
+    fn read_desc<M: UserMemory>(&self, mem: &M, addr: u64) -> Result<Desc, Stop> {
         Ok(Desc::parse(&mem.read_16(addr)?))
     }
 
@@ -357,20 +357,20 @@ impl SplitRing {
         space: &T,
         head: u16,
         iov: &mut [Iov],
-    ) -> Result<Chain, VringError> {
+    ) -> Result<Chain, Stop> {
         let mut builder = ChainBuilder::new(space, iov);
         let mut i = head;
         // A chain can visit each descriptor of the table at most once.
         let mut budget = self.num64();
         loop {
             if budget == 0 {
-                return Err(VringError::Loop);
+                return Err(VringError::Loop.into());
             }
             budget -= 1;
             let d = self.read_desc(mem, self.desc + DESC_SIZE * u64::from(i))?;
             if d.flags & DESC_F_INDIRECT != 0 {
                 if !self.features.indirect() || d.flags & DESC_F_NEXT != 0 {
-                    return Err(VringError::IndirectNotAllowed);
+                    return Err(VringError::IndirectNotAllowed.into());
                 }
                 let table = IndirectTable::new(space, d.addr, d.len)?;
                 let count = table.count();
@@ -378,12 +378,12 @@ impl SplitRing {
                 let mut ibudget = count;
                 loop {
                     if ibudget == 0 {
-                        return Err(VringError::Loop);
+                        return Err(VringError::Loop.into());
                     }
                     ibudget -= 1;
                     let id = Desc::parse(&table.entry(mem, space, j)?);
                     if id.flags & DESC_F_INDIRECT != 0 {
-                        return Err(VringError::NestedIndirect);
+                        return Err(VringError::NestedIndirect.into());
                     }
                     builder.push(id.addr, id.len, id.flags & DESC_F_WRITE != 0)?;
                     if id.flags & DESC_F_NEXT == 0 {
@@ -391,7 +391,7 @@ impl SplitRing {
                     }
                     j = u64::from(id.next);
                     if j >= count {
-                        return Err(VringError::BadNext);
+                        return Err(VringError::BadNext.into());
                     }
                 }
                 break;
@@ -401,7 +401,7 @@ impl SplitRing {
                 break;
             }
             if d.next > self.mask {
-                return Err(VringError::BadNext);
+                return Err(VringError::BadNext.into());
             }
             i = d.next;
         }
@@ -415,7 +415,7 @@ impl SplitRing {
         mem: &M,
         log: &L,
         heads: &[UsedElem],
-    ) -> Result<(), VringError> {
+    ) -> Result<(), Stop> {
         let idx = if self.features.in_order() {
             self.write_used_in_order(mem, log, heads)?
         } else {
@@ -437,7 +437,7 @@ impl SplitRing {
 
     /// Writes one used element per chain in `heads` from `last_used_idx`
     /// on; returns the used index that publishes them.
-    fn write_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, heads: &[UsedElem]) -> Result<u16, VringError> {
+    fn write_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, heads: &[UsedElem]) -> Result<u16, Stop> {
         // Elements adjacent in the ring go out in one copy, up to
         // USED_CHUNK at a time: one user access per batch instead of one
         // per packet, as C's __vhost_add_used_n does.
@@ -472,7 +472,7 @@ impl SplitRing {
         mem: &M,
         log: &L,
         heads: &[UsedElem],
-    ) -> Result<u16, VringError> {
+    ) -> Result<u16, Stop> {
         let mut idx = self.last_used_idx;
         let mut run_start = idx;
         for (at, elem) in heads.iter().enumerate() {
@@ -490,7 +490,7 @@ impl SplitRing {
 
     /// Whether the guest wants an interrupt for what was just added, following
     /// `VRING_AVAIL_F_NO_INTERRUPT` or, with event-idx, `used_event`.
-    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn should_notify<M: UserMemory>(&mut self, mem: &M) -> Result<bool, Stop> {
         // The used index store must be visible before reading the guest's
         // suppression state (virtio 2.7.10).
         mem.mb();
@@ -522,7 +522,7 @@ impl SplitRing {
     /// device waits for the guest to add buffers, rather than spin on the
     /// ones that were not enough. The index read is checked and cached
     /// like any other.
-    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, VringError> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, Stop> {
         if self.features.event_idx() {
             mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
             self.log_used(mem, log, self.avail_event_addr() - self.used, 2)?;
@@ -539,7 +539,7 @@ impl SplitRing {
     }
 
     /// Asks the guest not to kick while the device is polling the ring.
-    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), Stop> {
         if !self.features.event_idx() {
             mem.write_u16(self.used_flags_addr(), USED_F_NO_NOTIFY)?;
             self.log_used(mem, log, 0, 2)?;

@@ -22,6 +22,7 @@ use crate::tap_glue::worker::Waker;
 
 use kernel::{fs::File, prelude::*, seq_file::SeqFile, seq_print, sync::Arc};
 use super::*;
+use core::fmt::Debug;
 use crate::vring::mem_table::Translate;
 
 impl<B: Backend> VqState<B> {
@@ -254,11 +255,11 @@ impl<B: Backend> VqState<B> {
             let desc_log = mem_table::guest_address(mem, addr.desc, desc_size);
             if self.used_log.is_some() {
                 let Some(desc_gpa) = desc_log else {
-                    self.fail(VringError::NotMapped);
+                    self.fail(&VringError::NotMapped);
                     return;
                 };
                 if !self.log.covers(desc_gpa, desc_size, user_limit()) {
-                    self.fail(VringError::BadLayout);
+                    self.fail(&VringError::BadLayout);
                     return;
                 }
             }
@@ -269,7 +270,7 @@ impl<B: Backend> VqState<B> {
             SplitRing::resume(layout, self.base as u16, self.used_idx, features).map(Ring::Split)
         };
         let Some(ring) = ring else {
-            self.fail(VringError::BadLayout);
+            self.fail(&VringError::BadLayout);
             return;
         };
         self.ring = Some(ring);
@@ -332,18 +333,20 @@ impl<B: Backend> VqState<B> {
     /// A fault on the owner's memory (userspace unmapped or protected a
     /// ring) is not the guest's doing: the queue asks for a kick and tries
     /// again at the next one, as the C driver does for every error.
-    pub(crate) fn fail(&mut self, err: VringError) {
+    pub(crate) fn fail(&mut self, err: &dyn Debug) {
+        self.report(err);
+        self.stop();
+        self.broken = true;
+    }
+
+    /// Counts an error of the data path, signals the error eventfd and
+    /// says what it was in one debug line.
+    pub(super) fn report(&mut self, err: &dyn Debug) {
         self.stats.errors += 1;
         if let Some(eventfd) = &self.err {
             eventfd.signal();
         }
         pr_debug!("vq {}: {:?}\n", self.index, err);
-        // A fault asks the guest for a kick instead, in the run that met
-        // it (`VqState::stopped_by`): only a run has the owner's memory.
-        if err != VringError::Fault {
-            self.stop();
-            self.broken = true;
-        }
     }
 
 }

@@ -15,7 +15,7 @@ use crate::vring::mem_table::{self, Access, Region, Translate, TranslateError};
 use crate::vring::packed::PackedRing;
 use crate::vring::ring::Ring;
 use crate::tap_glue::uaccess::OwnerMem;
-use crate::vring::{UserMemory, Iov, UsedElem, SplitRing, VringError};
+use crate::vring::{Stop, UserMemory, Iov, UsedElem, SplitRing};
 use crate::tap_glue::worker::{should_stop_polling, Waker};
 use core::cell::Cell;
 use kernel::{prelude::*, time::{Instant, Monotonic}, sync::Arc};
@@ -131,7 +131,7 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// Publishes `heads[..count]` and signals the guest if it wants to be.
     /// `mem` is the ring's memory: the owner's, or with the device IOTLB
     /// the owner's seen through it.
-    pub(crate) fn publish<M: UserMemory>(&mut self, mem: &M, count: usize) -> Result<(), VringError> {
+    pub(crate) fn publish<M: UserMemory>(&mut self, mem: &M, count: usize) -> Result<(), Stop> {
         if count == 0 {
             return Ok(());
         }
@@ -149,7 +149,7 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// The ring is empty: asks the guest to kick again. Returns true if
     /// buffers arrived meanwhile; notifications are then off again and the
     /// caller goes on (charging the retry to its weight).
-    pub(crate) fn wait_for_kick<M: UserMemory>(&mut self, mem: &M) -> Result<bool, VringError> {
+    pub(crate) fn wait_for_kick<M: UserMemory>(&mut self, mem: &M) -> Result<bool, Stop> {
         let more = self.ring.enable_notify(mem, &self.log)?;
         if more {
             self.ring.disable_notify(mem, &self.log)?;
@@ -166,8 +166,8 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// poll at all.
     pub(crate) fn busy_poll(
         &mut self,
-        mut ready: impl FnMut(&mut Self) -> Result<bool, VringError>,
-    ) -> Result<bool, VringError> {
+        mut ready: impl FnMut(&mut Self) -> Result<bool, Stop>,
+    ) -> Result<bool, Stop> {
         if self.busyloop_timeout == 0 {
             return Ok(false);
         }
@@ -191,7 +191,7 @@ impl<B: Backend> ActiveRing<'_, B> {
     pub(crate) fn ask_for_kick(&mut self) {
         struct EnableNotify<'r>(&'r mut Ring, &'r RunLog<'r>);
         impl OnRingMemory for EnableNotify<'_> {
-            type Output = Result<bool, VringError>;
+            type Output = Result<bool, Stop>;
             fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
                 self.0.enable_notify(mem, self.1)
             }
@@ -202,7 +202,7 @@ impl<B: Backend> ActiveRing<'_, B> {
 
     /// Asks the guest not to kick while this run polls the ring
     /// (`vhost_disable_notify`).
-    pub(crate) fn disable_notify<M: UserMemory>(&mut self, mem: &M) -> Result<(), VringError> {
+    pub(crate) fn disable_notify<M: UserMemory>(&mut self, mem: &M) -> Result<(), Stop> {
         self.ring.disable_notify(mem, &self.log)?;
         self.log.flush();
         Ok(())
@@ -238,12 +238,11 @@ impl<B: Backend> ActiveRing<'_, B> {
     }
 }
 
-
 impl<B: Backend> VqState<B> {
     /// One run of the data path, if the ring runs.
     pub(super) fn service(&mut self, owner: &OwnerMem) -> bool {
-        if let Err(err) = self.check_ring_mapped() {
-            self.stopped_by(err, owner);
+        if let Err(stop) = self.check_ring_mapped() {
+            self.run_ended(&stop, owner);
             return false;
         }
         // Borrowed where `active()` built it: bound by value, the 160-byte
@@ -253,24 +252,33 @@ impl<B: Backend> VqState<B> {
         match B::run(active) {
             Ok(more) => more,
             Err(err) => {
-                self.stopped_by(err, owner);
+                self.run_ended(&err, owner);
                 false
             }
         }
     }
 
-    /// A run ended on `err`: a device IOTLB miss is posted for userspace,
-    /// anything else is a failure ([`VqState::fail`]).
-    fn stopped_by(&mut self, err: VringError, owner: &OwnerMem) {
-        if err != VringError::IotlbMiss {
-            self.fail(err);
-            if err == VringError::Fault {
+    /// A run ended early on `err`. A device IOTLB miss is posted for
+    /// userspace and the queue keeps running; a fault on the owner's memory
+    /// (userspace unmapped or protected a ring) is not the guest's doing:
+    /// the queue asks for a kick and tries again at the next one, as the C
+    /// driver does for every error; anything else stops the ring
+    /// ([`VqState::fail`]).
+    fn run_ended<E: RunError>(&mut self, err: &E, owner: &OwnerMem) {
+        match err.ended() {
+            Ended::Missed => self.post_miss(),
+            Ended::Faulted => {
+                self.report(err);
                 if let Some(mut active) = self.active(owner) {
                     active.ask_for_kick();
                 }
             }
-            return;
+            Ended::Broken => self.fail(err),
         }
+    }
+
+    /// Posts the miss the device IOTLB last saw for userspace to answer.
+    fn post_miss(&mut self) {
         let fault = self.iotlb.as_ref().and_then(|iotlb| iotlb.last_fault());
         if let Some(TranslateError::Miss { iova, access }) = fault {
             let miss = Miss { iova, access, format: self.iotlb_format };
@@ -285,7 +293,7 @@ impl<B: Backend> VqState<B> {
     /// `vq_meta_prefetch`): the run then cannot stop halfway through
     /// publishing used entries for a miss. The descriptors of a packed
     /// ring are written too (used entries go there).
-    fn check_ring_mapped(&self) -> Result<(), VringError> {
+    fn check_ring_mapped(&self) -> Result<(), Stop> {
         let (Some(iotlb), Some(addr), Some(ring)) = (&self.iotlb, self.addr, &self.ring) else { return Ok(()) };
         let event_idx = self.features.event_idx();
         let (desc, driver, device) =

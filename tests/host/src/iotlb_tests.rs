@@ -1,4 +1,5 @@
 use crate::vring::iotlb::*;
+use crate::vring::Stop;
 use crate::vring::mem_table::{Access, Segment, TranslateError};
 use crate::iotlb_model::*;
 use crate::random_tests::Rng;
@@ -238,14 +239,14 @@ fn translated_memory_maps_ring_accesses() {
     view.read(0x8000_0ffe, &mut buf).unwrap();
     assert_eq!(buf, [7, 8, 9, 10]);
     // A 16-bit or 8-byte access split over two mappings cannot be atomic.
-    assert_eq!(view.read_u16(0x8000_0fff), Err(VringError::NotMapped));
-    assert_eq!(view.write_8(0x8000_0ffc, [0; 8]), Err(VringError::NotMapped));
+    assert_eq!(view.read_u16(0x8000_0fff), Err(Stop::Error(VringError::NotMapped)));
+    assert_eq!(view.write_8(0x8000_0ffc, [0; 8]), Err(Stop::Error(VringError::NotMapped)));
     // Permissions: the read-only page takes reads only.
     assert!(view.read_u16(0x8000_2000).is_ok());
-    assert_eq!(view.write_u16(0x8000_2000, 1), Err(VringError::AccessDenied));
+    assert_eq!(view.write_u16(0x8000_2000, 1), Err(Stop::Error(VringError::AccessDenied)));
     assert_eq!(t.last_fault(), Some(TranslateError::Denied { iova: 0x8000_2000, access: Access::Write }));
     // An unmapped page is a miss, named by its first byte.
-    assert_eq!(view.read(0x8000_2ff0, &mut [0u8; 32]), Err(VringError::IotlbMiss));
+    assert_eq!(view.read(0x8000_2ff0, &mut [0u8; 32]), Err(Stop::Miss));
     assert_eq!(t.last_fault(), Some(TranslateError::Miss { iova: 0x8000_3000, access: Access::Read }));
     assert_eq!(check_range(&t, 0x8000_0000, 0x3000, Access::Read), Ok(()));
     assert_eq!(

@@ -1,6 +1,7 @@
 //! The packed ring against a mock driver that follows the virtio spec
 //! (section 2.8) as Linux's `virtio_ring.c` does: wrap counters, chains,
 //! indirect tables, buffer ids, event suppression.
+use crate::vring::Stop;
 use crate::testmem::RingFeatures;
 use crate::vring::mem_table::{validate, Region};
 use crate::vring::packed::*;
@@ -186,7 +187,7 @@ fn rig(num: u16, feats: RingFeatures) -> Rig {
 }
 
 impl Rig {
-    fn pop(&mut self) -> Result<Option<Chain>, VringError> {
+    fn pop(&mut self) -> Result<Option<Chain>, Stop> {
         self.ring.pop(&self.mem, &self.regions[..], &mut self.iov)
     }
     fn post(&mut self, bufs: &[Buf]) -> u16 {
@@ -349,15 +350,15 @@ fn malformed_chains_consume_nothing() {
     for (what, setup, want) in cases {
         let mut r = rig(8, f());
         setup(&mut r);
-        assert_eq!(r.pop(), Err(want), "{what}");
+        assert_eq!(r.pop(), Err(Stop::Error(want)), "{what}");
         // Nothing consumed: the same error again, and the base unmoved.
-        assert_eq!(r.pop(), Err(want), "{what}");
+        assert_eq!(r.pop(), Err(Stop::Error(want)), "{what}");
         assert_eq!(r.ring.base(), FRESH_BASE, "{what}");
     }
     // Indirect descriptors without the feature.
     let mut r = rig(8, RingFeatures { indirect: false, ..f() });
     r.driver.post_indirect(&r.mem, TABLES, &[(0x8000, 10, false)]);
-    assert_eq!(r.pop(), Err(VringError::IndirectNotAllowed));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::IndirectNotAllowed)));
 }
 
 #[test]
@@ -373,10 +374,10 @@ fn chains_in_flight_never_exceed_the_ring() {
     }
     // The driver's next lap, written over descriptors still in flight.
     Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_USED);
-    assert_eq!(r.pop(), Err(VringError::Loop));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::Loop)));
     // Returning more than was taken is refused, not believed.
     let elem = UsedElem { head: 0, len: 0, positions: 5, complete: true };
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[elem]), Err(VringError::BadUsed));
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[elem]), Err(Stop::Error(VringError::BadUsed)));
 }
 
 #[test]
@@ -391,9 +392,9 @@ fn a_batch_returning_more_than_was_taken_stays_unseen() {
         used.push(UsedElem::of(&r.pop().unwrap().unwrap(), 0));
     }
     let claimed = [used[0], UsedElem { positions: 3, ..used[1] }];
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(VringError::BadUsed));
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(Stop::Error(VringError::BadUsed)));
     // More elements than positions in flight: refused as well.
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[used[0], used[1], used[1]]), Err(VringError::BadUsed));
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[used[0], used[1], used[1]]), Err(Stop::Error(VringError::BadUsed)));
     assert_eq!(r.driver.take_used(&r.mem), None);
     // The ring is where it was: the true batch goes out whole.
     r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
@@ -414,7 +415,7 @@ fn a_batch_returning_more_than_was_taken_stays_unseen() {
     let mut claimed = used.clone();
     claimed[40].positions = 3;
     r.mem.writes.borrow_mut().clear();
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(VringError::BadUsed));
+    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(Stop::Error(VringError::BadUsed)));
     assert!(!r.mem.writes.borrow().is_empty(), "the run before the chain of three was not written");
     assert_eq!(r.driver.take_used(&r.mem), None);
     r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
@@ -436,7 +437,7 @@ fn indirect_tables_ignore_reserved_flags() {
     // Readable after writable inside a table is still refused.
     let mut r = rig(8, f());
     r.driver.post_indirect(&r.mem, TABLES, &[(0x8000, 10, true), (0x9000, 20, false)]);
-    assert_eq!(r.pop(), Err(VringError::OutAfterIn));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::OutAfterIn)));
 }
 
 #[test]
@@ -713,15 +714,15 @@ fn pops_through_the_device_iotlb() {
     tlb.update(IOVA, 0x800, BASE + 0x8000, ACCESS_RO, 1 << 47).unwrap();
     let id = r.post(&[(IOVA + 0x7f0, 0x20, false), (IOVA + 0x2000, 0x40, true)]);
     let want = Some(TranslateError::Miss { iova: IOVA + 0x800, access: Access::Read });
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
     assert_eq!(tlb.last_fault(), want);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss), "nothing consumed");
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss), "nothing consumed");
     assert_eq!(tlb.last_fault(), want);
     tlb.update(IOVA + 0x800, 0x800, BASE + 0x20000, ACCESS_RO | ACCESS_WO, 1 << 47).unwrap();
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
     assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x2000, access: Access::Write }));
     tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_RO, 1 << 47).unwrap();
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Error(VringError::AccessDenied)));
     assert_eq!(tlb.last_fault(), Some(TranslateError::Denied { iova: IOVA + 0x2000, access: Access::Write }));
     tlb.invalidate(IOVA + 0x2000, 1);
     tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_WO, 1 << 47).unwrap();
@@ -774,7 +775,7 @@ fn ring_parts_through_the_device_iotlb() {
     // Unmapping the descriptor ring makes the next look a miss.
     tlb.invalidate(DESC - BASE, 1);
     r.driver.post(&r.mem, &chain_of(1));
-    assert_eq!(ring.pop(&Translated::new(&r.mem, &tlb), &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(ring.pop(&Translated::new(&r.mem, &tlb), &tlb, &mut r.iov), Err(Stop::Miss));
 }
 
 /// The packed counterpart of `parse_bench` (a benchmark, ignored by
@@ -857,6 +858,6 @@ fn stores_outside_their_area_are_refused() {
     let mem = TestMem::new(BASE, MEM);
     let store = |offset| Store8 { offset, bytes: [1; 8] };
     assert_eq!(mem.write_8_each(DESC, 64, &[store(0), store(56)]), Ok(()));
-    assert_eq!(mem.write_8_each(DESC, 64, &[store(57)]), Err(VringError::Fault));
-    assert_eq!(mem.write_8_each(DESC, 64, &[store(u32::MAX)]), Err(VringError::Fault));
+    assert_eq!(mem.write_8_each(DESC, 64, &[store(57)]), Err(Stop::Error(VringError::Fault)));
+    assert_eq!(mem.write_8_each(DESC, 64, &[store(u32::MAX)]), Err(Stop::Error(VringError::Fault)));
 }

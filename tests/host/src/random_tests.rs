@@ -1,6 +1,7 @@
 //! Randomized ring states against the parser: whatever the guest writes,
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
+use crate::vring::Stop;
 use crate::testmem::RingFeatures;
 use crate::vring::iotlb::{access_bits, Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
 use crate::vring::mem_table::{validate, Region, TranslateError};
@@ -125,9 +126,9 @@ fn spans(segments: &[Iov]) -> Vec<(u64, u64)> {
 /// address; other refusals are the table's, or come from the finer split.
 fn compare_with_iotlb(
     tlb: &Iotlb<Vec<Mapping>>,
-    via_table: &Result<Option<Chain>, VringError>,
+    via_table: &Result<Option<Chain>, Stop>,
     table_iov: &[Iov],
-    via_tlb: &Result<Option<Chain>, VringError>,
+    via_tlb: &Result<Option<Chain>, Stop>,
     tlb_iov: &[Iov],
 ) {
     match via_tlb {
@@ -145,20 +146,20 @@ fn compare_with_iotlb(
             }
         }
         Ok(None) => assert!(matches!(via_table, Ok(None))),
-        Err(VringError::IotlbMiss) => {
+        Err(Stop::Miss) => {
             let Some(TranslateError::Miss { iova, .. }) = tlb.last_fault() else { panic!("a miss without its address") };
             assert!(tlb.find(iova).is_none(), "a miss at mapped {iova:#x}");
         }
-        Err(VringError::AccessDenied) => {
+        Err(Stop::Error(VringError::AccessDenied)) => {
             let Some(TranslateError::Denied { iova, access }) = tlb.last_fault() else { panic!("a refusal without its address") };
             let m = tlb.find(iova).expect("refused at an unmapped address");
             assert_eq!(m.perm() & access_bits(access), 0, "refused {access:?} at {iova:#x} in {m:?}");
         }
-        Err(VringError::TooManySegments) => {}
+        Err(Stop::Error(VringError::TooManySegments)) => {}
         // The IOTLB splits at every page, so it runs out of segments no
         // later than the table; past that point the two walks differ.
         Err(e) => assert!(
-            matches!(via_table, Err(t) if t == e || *t == VringError::TooManySegments),
+            matches!(via_table, Err(t) if t == e || *t == Stop::Error(VringError::TooManySegments)),
             "the IOTLB refused with {e:?}, the table gave {via_table:?}"
         ),
     }

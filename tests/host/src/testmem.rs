@@ -1,4 +1,5 @@
 //! A `UserMemory` over a plain buffer, for tests and fuzzing.
+use crate::vring::Stop;
 use crate::vring::{UserMemory, VringError};
 use std::cell::RefCell;
 
@@ -15,11 +16,11 @@ impl TestMem {
     pub fn new(base: u64, len: usize) -> Self {
         TestMem { base, buf: RefCell::new(vec![0; len]), writes: RefCell::new(Vec::new()) }
     }
-    fn range(&self, addr: u64, len: usize) -> Result<std::ops::Range<usize>, VringError> {
+    fn range(&self, addr: u64, len: usize) -> Result<std::ops::Range<usize>, Stop> {
         let off = addr.checked_sub(self.base).ok_or(VringError::Fault)? as usize;
         let end = off.checked_add(len).ok_or(VringError::Fault)?;
         if end > self.buf.borrow().len() {
-            return Err(VringError::Fault);
+            return Err(Stop::Error(VringError::Fault));
         }
         Ok(off..end)
     }
@@ -47,46 +48,46 @@ impl UserMemory for TestMem {
         self
     }
 
-    fn read_u16(&self, addr: u64) -> Result<u16, VringError> {
+    fn read_u16(&self, addr: u64) -> Result<u16, Stop> {
         if addr % 2 != 0 {
-            return Err(VringError::Fault);
+            return Err(Stop::Error(VringError::Fault));
         }
         let r = self.range(addr, 2)?;
         let b = &self.buf.borrow()[r];
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
-    fn read_u32(&self, addr: u64) -> Result<u32, VringError> {
+    fn read_u32(&self, addr: u64) -> Result<u32, Stop> {
         if addr % 4 != 0 {
-            return Err(VringError::Fault);
+            return Err(Stop::Error(VringError::Fault));
         }
         let r = self.range(addr, 4)?;
         let b = &self.buf.borrow()[r];
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
-    fn write_u16(&self, addr: u64, val: u16) -> Result<(), VringError> {
+    fn write_u16(&self, addr: u64, val: u16) -> Result<(), Stop> {
         if addr % 2 != 0 {
-            return Err(VringError::Fault);
+            return Err(Stop::Error(VringError::Fault));
         }
         let r = self.range(addr, 2)?;
         self.buf.borrow_mut()[r].copy_from_slice(&val.to_le_bytes());
         self.writes.borrow_mut().push((addr, 2));
         Ok(())
     }
-    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), VringError> {
+    fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), Stop> {
         if addr % 8 != 0 {
-            return Err(VringError::Fault);
+            return Err(Stop::Error(VringError::Fault));
         }
         let r = self.range(addr, 8)?;
         self.buf.borrow_mut()[r].copy_from_slice(&bytes);
         self.writes.borrow_mut().push((addr, 8));
         Ok(())
     }
-    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), VringError> {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Stop> {
         let r = self.range(addr, out.len())?;
         out.copy_from_slice(&self.buf.borrow()[r]);
         Ok(())
     }
-    fn write(&self, addr: u64, data: &[u8]) -> Result<(), VringError> {
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), Stop> {
         let r = self.range(addr, data.len())?;
         self.buf.borrow_mut()[r].copy_from_slice(data);
         self.writes.borrow_mut().push((addr, data.len()));

@@ -1,4 +1,5 @@
 use crate::testmem::RingFeatures;
+use crate::vring::Stop;
 use crate::vring::mem_table::{validate, Region};
 
 use crate::testmem::{Marks, NoLog, TestMem};
@@ -42,7 +43,7 @@ impl Rig {
         self.mem.put_u16(AVAIL + 4 + 2 * u64::from(slot % n), head);
         self.mem.put_u16(AVAIL + 2, idx);
     }
-    fn pop(&mut self) -> Result<Option<Chain>, VringError> {
+    fn pop(&mut self) -> Result<Option<Chain>, Stop> {
         self.ring.pop(&self.mem, &self.regions[..], &mut self.iov)
     }
 }
@@ -76,7 +77,7 @@ fn descriptor_loop_is_detected() {
     r.desc(DESC, 0, 0x8000, 1, DESC_F_NEXT, 1);
     r.desc(DESC, 1, 0x8000, 1, DESC_F_NEXT, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::Loop));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::Loop)));
     // Nothing was consumed.
     assert_eq!(r.ring.last_avail_idx(), 0);
 }
@@ -89,7 +90,7 @@ fn nested_indirect_is_refused() {
     r.desc(BASE + table, 0, 0x8000, 10, DESC_F_NEXT, 1);
     r.desc(BASE + table, 1, table, 16, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::NestedIndirect));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::NestedIndirect)));
 }
 
 #[test]
@@ -110,18 +111,18 @@ fn indirect_rules() {
         let mut r = rig(8, f());
         r.desc(DESC, 0, table, len, flags, 1);
         r.avail(0, 0, 1);
-        assert_eq!(r.pop(), Err(err), "len {len} flags {flags}");
+        assert_eq!(r.pop(), Err(Stop::Error(err)), "len {len} flags {flags}");
     }
     let mut r = rig(8, RingFeatures { indirect: false, ..f() });
     r.desc(DESC, 0, table, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::IndirectNotAllowed));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::IndirectNotAllowed)));
     // An indirect `next` past the table.
     let mut r = rig(8, f());
     r.desc(BASE + table, 0, 0x8000, 10, DESC_F_NEXT, 2);
     r.desc(DESC, 0, table, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::BadNext));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::BadNext)));
 }
 
 #[test]
@@ -129,11 +130,11 @@ fn address_outside_every_region() {
     let mut r = rig(8, f());
     r.desc(DESC, 0, MEM as u64 - 10, 20, 0, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::NotMapped));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::NotMapped)));
     let mut r = rig(8, f());
     r.desc(DESC, 0, u64::MAX - 4, 20, 0, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::NotMapped));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::NotMapped)));
 }
 
 #[test]
@@ -158,21 +159,21 @@ fn length_overflow_is_refused() {
     r.desc(DESC, 0, 0, u32::MAX, DESC_F_NEXT, 1);
     r.desc(DESC, 1, 0, u32::MAX, 0, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::LenOverflow));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::LenOverflow)));
 }
 
 #[test]
 fn avail_jump_bad_head_bad_next() {
     let mut r = rig(8, f());
     r.avail(0, 0, 9);
-    assert_eq!(r.pop(), Err(VringError::AvailJump));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::AvailJump)));
     let mut r = rig(8, f());
     r.avail(0, 8, 1);
-    assert_eq!(r.pop(), Err(VringError::BadHead));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::BadHead)));
     let mut r = rig(8, f());
     r.desc(DESC, 0, 0x8000, 1, DESC_F_NEXT, 8);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::BadNext));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::BadNext)));
 }
 
 #[test]
@@ -181,7 +182,7 @@ fn out_after_in_is_refused() {
     r.desc(DESC, 0, 0x8000, 1, DESC_F_WRITE | DESC_F_NEXT, 1);
     r.desc(DESC, 1, 0x8000, 1, 0, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::OutAfterIn));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::OutAfterIn)));
 }
 
 #[test]
@@ -201,7 +202,7 @@ fn too_many_segments() {
     r.desc(DESC, 0, 0x8000, 1, DESC_F_NEXT, 1);
     r.desc(DESC, 1, 0x8000, 1, 0, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.pop(), Err(VringError::TooManySegments));
+    assert_eq!(r.pop(), Err(Stop::Error(VringError::TooManySegments)));
 }
 
 #[test]
@@ -280,7 +281,7 @@ fn notification_suppression() {
     // A guest that moves avail->idx by more than the ring is caught here
     // too, not only by pop.
     r.mem.put_u16(AVAIL + 2, 9);
-    assert_eq!(r.ring.enable_notify(&r.mem, &NoLog), Err(VringError::AvailJump));
+    assert_eq!(r.ring.enable_notify(&r.mem, &NoLog), Err(Stop::Error(VringError::AvailJump)));
 }
 
 #[test]
@@ -459,13 +460,13 @@ fn pops_through_the_device_iotlb() {
     r.desc(BASE + 0x5000, 1, IOVA + 0x3000, 0x100, DESC_F_WRITE, 0);
     r.desc(DESC, 0, IOVA + 0x1000, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
     assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x1000, access: Access::Read }));
     tlb.update(IOVA + 0x1000, 0x1000, BASE + 0x5000, ACCESS_RO, 1 << 47).unwrap();
     tlb.update(IOVA, 0x1000, BASE + 0x9000, ACCESS_RO, 1 << 47).unwrap();
     // The readable buffer's second half is in the table's mapping: read
     // only, which a readable buffer may be.
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::IotlbMiss));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
     assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x3000, access: Access::Write }));
     assert_eq!(r.ring.last_avail_idx(), 0);
     tlb.update(IOVA + 0x3000, 0x1000, BASE + 0x7000, ACCESS_WO, 1 << 47).unwrap();
@@ -477,7 +478,7 @@ fn pops_through_the_device_iotlb() {
     // A writable buffer in a read-only mapping is the guest's error.
     r.desc(DESC, 1, IOVA + 0x10, 4, DESC_F_WRITE, 0);
     r.avail(1, 1, 2);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(VringError::AccessDenied));
+    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Error(VringError::AccessDenied)));
     assert_eq!(tlb.last_fault(), Some(TranslateError::Denied { iova: IOVA + 0x10, access: Access::Write }));
 }
 
@@ -556,7 +557,7 @@ fn a_fault_reading_heads_ahead_consumes_nothing() {
     let mut ring = SplitRing::resume(RingLayout { num: 8, desc: DESC, avail, used: USED, used_log: None }, 0, 0, f().into()).unwrap();
     mem.put_u16(avail + 2, 4);
     let mut iov = vec![Iov::default(); MAX_SEGMENTS];
-    assert_eq!(ring.pop(&mem, &regions[..], &mut iov), Err(VringError::Fault));
+    assert_eq!(ring.pop(&mem, &regions[..], &mut iov), Err(Stop::Error(VringError::Fault)));
     assert_eq!(ring.last_avail_idx(), 0);
 }
 
