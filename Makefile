@@ -16,7 +16,9 @@
 #   make check           run every selftest in a VM (the test command)
 #   make demo            build, boot the VM, load the module, show the device
 #   make shell           interactive shell in the test VM
-#   make host-test       cargo unit tests of the ring/memory code on the host
+#   make host-test       cargo unit tests of the ring layer on the host
+#   make rustfmt         format the Rust sources with the kernel's .rustfmt.toml
+#   make rustfmtcheck    say which Rust sources the kernel's rustfmt would change
 #   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer;
 #                        FUZZ_TARGET=iotlb for the device IOTLB)
 #   make soak MINUTES=N  bidirectional flood with every payload checked
@@ -53,7 +55,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: all modules clean setup check check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
+.PHONY: rustfmt rustfmtcheck all modules clean setup check check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 
 all: modules
@@ -137,6 +139,14 @@ shell:
 
 host-test:
 	cd $(ROOT)/tests/host && cargo test --release --quiet
+
+# As the kernel's own rustfmt/rustfmtcheck targets: every .rs file git
+# knows, with the kernel's .rustfmt.toml (copied at the top of the tree).
+RUST_SOURCES = $(shell cd $(ROOT) && git ls-files -co --exclude-standard '*.rs' 2>/dev/null)
+rustfmt:
+	cd $(ROOT) && rustfmt --config-path .rustfmt.toml $(RUST_SOURCES)
+rustfmtcheck:
+	cd $(ROOT) && rustfmt --check --config-path .rustfmt.toml $(RUST_SOURCES)
 
 FUZZ_SECS ?= 60
 FUZZ_TARGET ?= vring

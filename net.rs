@@ -20,8 +20,8 @@ pub(crate) mod device;
 pub(crate) mod rx;
 pub(crate) mod tx;
 
-use crate::vring::features::{bit, mask, Features};
 use crate::vhost::virtqueue::{Ended, RunError};
+use crate::vring::features::{bit, mask, Features};
 use crate::vring::{Stop, VringError, MAX_SEGMENTS};
 
 /// The queues of a device: vq 0 receives, vq 1 transmits.
@@ -98,7 +98,9 @@ impl RunError for NetError {
             NetError::Ring(stop) => stop.ended(),
             // The guest put the wrong buffers on the ring: as malformed as
             // a bad descriptor, as in C ("unexpected descriptor format").
-            NetError::WrongDirection | NetError::EmptyRxBuffer | NetError::ShortPacket => Ended::Broken,
+            NetError::WrongDirection | NetError::EmptyRxBuffer | NetError::ShortPacket => {
+                Ended::Broken
+            }
         }
     }
 }

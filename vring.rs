@@ -45,8 +45,11 @@ pub(crate) mod split;
 pub(crate) mod staged;
 pub(crate) mod user_memory;
 
-pub(crate) use chain::{positions, segments_from, Chain, ChainBuilder, IndirectTable, Iov, UsedElem, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_SEGMENTS};
+pub(crate) use chain::{
+    positions, segments_from, Chain, ChainBuilder, IndirectTable, Iov, UsedElem, DESC_F_INDIRECT,
+    DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_SEGMENTS,
+};
 pub(crate) use error::{Stop, VringError};
 pub(crate) use features::Features;
 pub(crate) use split::{RingLayout, SplitRing, MAX_NUM};
-pub(crate) use user_memory::{read_16_flags_first, UserMemory, Store8};
+pub(crate) use user_memory::{read_16_flags_first, Store8, UserMemory};

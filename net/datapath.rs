@@ -3,14 +3,14 @@
 //! What TX and RX share: the weight of a run, the virtio-net header's
 //! lengths, and copying to and from the guest's buffers.
 
-use crate::vring::Features;
-use crate::vring::net_hdr::VirtioNetHdr;
 use crate::tap_glue::tap::UserIov;
+use crate::vring::net_hdr::VirtioNetHdr;
+use crate::vring::Features;
 
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 
-use crate::vring::{Stop, segments_from, UserMemory, Iov, VringError, MAX_SEGMENTS};
+use crate::vring::{segments_from, Iov, Stop, UserMemory, VringError, MAX_SEGMENTS};
 
 use kernel::prelude::*;
 
@@ -50,11 +50,21 @@ impl NetConfig {
             VirtioNetHdr::LEN_LEGACY
         };
         let hdr = if features.vhost_net_hdr() {
-            HeaderLens { vhost: len, sock: 0 }
+            HeaderLens {
+                vhost: len,
+                sock: 0,
+            }
         } else {
-            HeaderLens { vhost: 0, sock: len }
+            HeaderLens {
+                vhost: 0,
+                sock: len,
+            }
         };
-        Self { hdr, mergeable: features.mrg_rxbuf(), set_num_buffers: features.mrg_rxbuf() || features.version_1() }
+        Self {
+            hdr,
+            mergeable: features.mrg_rxbuf(),
+            set_num_buffers: features.mrg_rxbuf() || features.version_1(),
+        }
     }
 }
 
@@ -99,15 +109,25 @@ pub(super) fn ring_ran_dry<B: Backend, M: UserMemory>(
 pub(super) fn to_user_iov(iov: &[Iov], skip: u64, uiov: &mut [UserIov]) -> usize {
     let mut count = 0;
     for seg in segments_from(iov, skip) {
-        let Some(slot) = uiov.get_mut(count) else { break };
-        *slot = UserIov { base: seg.addr as usize, len: seg.len as usize };
+        let Some(slot) = uiov.get_mut(count) else {
+            break;
+        };
+        *slot = UserIov {
+            base: seg.addr as usize,
+            len: seg.len as usize,
+        };
         count += 1;
     }
     count
 }
 
 /// Writes `data` at byte `offset` of the buffer described by `iov`.
-pub(super) fn write_iov<M: UserMemory>(mem: &M, iov: &[Iov], offset: u64, data: &[u8]) -> Result<(), Stop> {
+pub(super) fn write_iov<M: UserMemory>(
+    mem: &M,
+    iov: &[Iov],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), Stop> {
     let mut done = 0usize;
     for seg in segments_from(iov, offset) {
         if done == data.len() {
@@ -130,7 +150,11 @@ pub(super) fn write_iov<M: UserMemory>(mem: &M, iov: &[Iov], offset: u64, data: 
 /// through [`write_iov`], whose copy goes through the kernel's out-of-line
 /// `copy_to_user`: too much for two bytes of every RX packet.
 #[inline]
-pub(super) fn write_num_buffers(owner: &OwnerMem, iov: &[Iov], num_buffers: u16) -> Result<(), Stop> {
+pub(super) fn write_num_buffers(
+    owner: &OwnerMem,
+    iov: &[Iov],
+    num_buffers: u16,
+) -> Result<(), Stop> {
     let offset = VirtioNetHdr::NUM_BUFFERS_OFFSET as u64;
     let bytes = num_buffers.to_le_bytes();
     if let Some(first) = iov.first() {

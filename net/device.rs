@@ -4,16 +4,24 @@
 //! `drop_in=1`, `/dev/vhost-net`), its ioctls, and `read`/`write`/`poll`
 //! of device IOTLB messages.
 
+use crate::net::NET_FEATURES;
+use crate::tap_glue::tap;
 use crate::vhost::dev::{fd_or_unbind, Queue, Queues};
-use crate::vhost::virtqueue::QueueConfig;
 use crate::vhost::device_iotlb::MissControl;
+use crate::vhost::virtqueue::Backend;
+use crate::vhost::virtqueue::QueueConfig;
+use crate::vring::Features;
 use kernel::mm::Mm;
 use kernel::sync::poll::PollTable;
-use crate::vhost::virtqueue::Backend;
-use crate::tap_glue::tap;
-use crate::net::NET_FEATURES;
-use crate::vring::Features;
-use kernel::{fs::{File, Kiocb}, iov::{IovIterDest, IovIterSource}, miscdevice::{MiscDevice, MiscDeviceRegistration}, new_mutex, prelude::*, seq_file::SeqFile, sync::{aref::ARef, Arc, Mutex}};
+use kernel::{
+    fs::{File, Kiocb},
+    iov::{IovIterDest, IovIterSource},
+    miscdevice::{MiscDevice, MiscDeviceRegistration},
+    new_mutex,
+    prelude::*,
+    seq_file::SeqFile,
+    sync::{aref::ARef, Arc, Mutex},
+};
 
 use crate::tap_glue::compat::errno;
 use crate::vhost::device_iotlb::{MissChannel, ReadOutcome};
@@ -25,12 +33,12 @@ use crate::tap_glue::{file_poll, misc_node};
 use crate::tap_glue::misc_node::{MiscNode, PollableDevice, DYNAMIC_MINOR, VHOST_NET_MINOR};
 
 use crate::net::{rx::RxBackend, tx::TxBackend, QUEUES, RX_INDEX, TX_INDEX};
-use crate::vhost::uapi::*;
 use crate::tap_glue::uaccess::OwnerMem;
-use crate::vhost::virtqueue::VirtQueue;
 use crate::tap_glue::worker::Worker;
 use crate::vhost::dev::{DevState, Limits};
+use crate::vhost::uapi::*;
 use crate::vhost::uapi::{read_arg, write_arg};
+use crate::vhost::virtqueue::VirtQueue;
 use kernel::sync::SetOnce;
 
 /// The module's limits, set once by [`VhostNet::register`] before any node
@@ -59,7 +67,10 @@ fn dropin_node(drop_in: u32) -> Result<Option<Pin<KBox<MiscNode<VhostNet>>>>> {
             return Err(EINVAL);
         }
     }
-    match KBox::pin_init(MiscNode::register(c"vhost-net", VHOST_NET_MINOR), GFP_KERNEL) {
+    match KBox::pin_init(
+        MiscNode::register(c"vhost-net", VHOST_NET_MINOR),
+        GFP_KERNEL,
+    ) {
         Ok(node) => {
             pr_info!("serving /dev/vhost-net (misc minor 238) as well as /dev/vhost-net-rs\n");
             Ok(Some(node))
@@ -229,7 +240,11 @@ impl MiscDevice for VhostNet {
                 write_arg(arg, &NET_FEATURES.bits())?;
                 Ok(0)
             }
-            VHOST_SET_FEATURES => me.state.lock().set_features(me, Features::from_bits(read_arg(arg)?), NET_FEATURES),
+            VHOST_SET_FEATURES => {
+                me.state
+                    .lock()
+                    .set_features(me, Features::from_bits(read_arg(arg)?), NET_FEATURES)
+            }
             VHOST_GET_FEATURES_ARRAY => DevState::<Workers>::get_features_array(arg, NET_FEATURES),
             VHOST_SET_FEATURES_ARRAY => me.state.lock().set_features_array(me, arg, NET_FEATURES),
             VHOST_GET_BACKEND_FEATURES => {
@@ -237,7 +252,10 @@ impl MiscDevice for VhostNet {
                 Ok(0)
             }
             VHOST_SET_BACKEND_FEATURES => me.state.lock().set_backend_features(me, read_arg(arg)?),
-            VHOST_SET_OWNER => me.state.lock().set_owner(|mm, fork_owner| me.start_workers(mm, fork_owner)),
+            VHOST_SET_OWNER => me
+                .state
+                .lock()
+                .set_owner(|mm, fork_owner| me.start_workers(mm, fork_owner)),
             VHOST_RESET_OWNER => me.state.lock().reset_owner(me),
             VHOST_NET_SET_BACKEND => me.set_backend(arg),
             _ => me.state.lock().dev_ioctl(me, cmd, arg),
@@ -281,10 +299,13 @@ impl MiscDevice for VhostNet {
             pr_debug!("IOTLB write refused: {:?}\n", err);
             EINVAL
         })?;
-        me.state.lock().iotlb_message(&*me, &message).map_err(|err| {
-            pr_debug!("IOTLB message type {} refused: {:?}\n", message.kind, err);
-            EFAULT
-        })?;
+        me.state
+            .lock()
+            .iotlb_message(&*me, &message)
+            .map_err(|err| {
+                pr_debug!("IOTLB message type {} refused: {:?}\n", message.kind, err);
+                EFAULT
+            })?;
         Ok(iotlb::MSG_LEN)
     }
 

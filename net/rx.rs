@@ -3,27 +3,27 @@
 //! Virtio-net RX: the tap to the guest's RX ring ([`RxBackend`]), in the
 //! queue's worker with the queue's lock held (C's `handle_rx`).
 
-use crate::net::NetError;
-use crate::vring::Features;
 use super::datapath::NetConfig;
-use crate::vring::net_hdr::VirtioNetHdr;
+use crate::net::NetError;
 use crate::tap_glue::file_poll::{FilePoll, POLLIN};
+use crate::vring::net_hdr::VirtioNetHdr;
+use crate::vring::Features;
 
-use crate::vring::mem_table::Translate;
 use crate::tap_glue::rx_batch::{Received, RxBatch};
 use crate::tap_glue::tap::{TapSocket, UserIov};
+use crate::vring::mem_table::Translate;
 
+use super::datapath::*;
+use crate::net::{MAX_BATCH, MAX_RX_HEADS};
+use crate::tap_glue::worker::Waker;
 use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
-use crate::net::{MAX_BATCH, MAX_RX_HEADS};
-use crate::vring::{Stop, positions, UserMemory, UsedElem, VringError};
-use crate::tap_glue::worker::Waker;
+use crate::vring::{positions, Stop, UsedElem, UserMemory, VringError};
 use kernel::{
     fs::File,
     prelude::*,
     sync::{aref::ARef, Arc},
 };
-use super::datapath::*;
 
 /// The RX side of a tap: the socket's queued packets, and the poll that
 /// wakes the worker when packets arrive.
@@ -41,7 +41,10 @@ pub(crate) struct RxScratch {
 impl RxBackend {
     /// The RX side of the tap behind `file`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
-        Ok(Self { batch: RxBatch::new(TapSocket::new(file)?)?, poll: None })
+        Ok(Self {
+            batch: RxBatch::new(TapSocket::new(file)?)?,
+            poll: None,
+        })
     }
 
     /// Stops being woken by the tap while a run drains it; see
@@ -102,15 +105,21 @@ fn gather_rx<M: UserMemory, T: Translate + ?Sized>(
         let chain = match active.ring.pop(mem, space, &mut active.iov[segs..]) {
             Ok(Some(chain)) => chain,
             Ok(None) => {
-                active.ring.unpop(positions(&active.heads[first..first + heads]));
+                active
+                    .ring
+                    .unpop(positions(&active.heads[first..first + heads]));
                 return Ok(Gather::Empty);
             }
             // The chains taken so far left too few iov segments for this
             // one: the packet needs more than one packet may use, which is
             // not the guest's fault (pop consumed nothing).
-            Err(Stop::Error(VringError::TooManySegments)) if heads > 0 => return Ok(Gather::TooSmall { heads }),
+            Err(Stop::Error(VringError::TooManySegments)) if heads > 0 => {
+                return Ok(Gather::TooSmall { heads })
+            }
             Err(err) => {
-                active.ring.unpop(positions(&active.heads[first..first + heads]));
+                active
+                    .ring
+                    .unpop(positions(&active.heads[first..first + heads]));
                 return Err(err.into());
             }
         };
@@ -118,8 +127,14 @@ fn gather_rx<M: UserMemory, T: Translate + ?Sized>(
         // writable bytes at all (the C driver's "unexpected descriptor
         // format for RX"). It must not count in num_buffers.
         if chain.readable != 0 || chain.writable == 0 {
-            active.ring.unpop(positions(&active.heads[first..first + heads]) + u32::from(chain.positions));
-            return Err(if chain.readable != 0 { NetError::WrongDirection } else { NetError::EmptyRxBuffer });
+            active
+                .ring
+                .unpop(positions(&active.heads[first..first + heads]) + u32::from(chain.positions));
+            return Err(if chain.readable != 0 {
+                NetError::WrongDirection
+            } else {
+                NetError::EmptyRxBuffer
+            });
         }
         let take = core::cmp::min(chain.writable_len, need - got);
         active.heads[first + heads] = UsedElem::of(&chain, take as u32);
@@ -138,7 +153,11 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
     mem: &M,
     space: &T,
 ) -> Result<bool, NetError> {
-    let NetConfig { hdr, mergeable, set_num_buffers } = active.config;
+    let NetConfig {
+        hdr,
+        mergeable,
+        set_num_buffers,
+    } = active.config;
     let mut weight = Weight::default();
     let (mut delivered, mut bytes, mut drops) = (0u64, 0u64, 0u64);
     // No kicks while this run takes buffers; the ring running empty asks
@@ -167,14 +186,16 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
             Some(len) => len,
             // With a busy-loop timeout, watch the tap a while before
             // sleeping on it.
-            None => match active.busy_poll(|active| Ok(active.backend.batch.peek_len().is_some())) {
-                Ok(true) => continue,
-                Ok(false) => match active.backend.listen_and_recheck() {
-                    Some(len) => len,
-                    None => break Ok(false),
-                },
-                Err(err) => break Err(err.into()),
-            },
+            None => {
+                match active.busy_poll(|active| Ok(active.backend.batch.peek_len().is_some())) {
+                    Ok(true) => continue,
+                    Ok(false) => match active.backend.listen_and_recheck() {
+                        Some(len) => len,
+                        None => break Ok(false),
+                    },
+                    Err(err) => break Err(err.into()),
+                }
+            }
         };
         // A second packet in one run: the tap is busy, and its senders
         // need not find us on its wait queue until it is empty again.
@@ -189,7 +210,9 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
                 // CVE-2014-0077: a packet larger than the guest's buffers
                 // is dropped whole, never written past them. Every packet
                 // taken off the tap counts toward the weight.
-                active.ring.unpop(positions(&active.heads[pending..pending + heads]));
+                active
+                    .ring
+                    .unpop(positions(&active.heads[pending..pending + heads]));
                 active.backend.batch.discard();
                 drops += 1;
                 weight.packets += 1;
@@ -209,7 +232,9 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
         if active.backend.batch.recv(&uiov[..nuiov], sock_len) == Received::Lost {
             // Truncated or failed: tun consumed the packet either way;
             // count the drop and keep the buffers.
-            active.ring.unpop(positions(&active.heads[pending..pending + heads]));
+            active
+                .ring
+                .unpop(positions(&active.heads[pending..pending + heads]));
             drops += 1;
             continue;
         }
@@ -217,9 +242,16 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
         // The buffers' addresses were translated when their chains were
         // taken: the header goes to the owner's memory directly.
         let written = if hdr.vhost > 0 {
-            let header =
-                VirtioNetHdr { num_buffers: if set_num_buffers { num_buffers } else { 0 }, ..Default::default() };
-            write_iov(active.owner, &active.iov[..segs], 0, &header.to_bytes()[..hdr.vhost])
+            let header = VirtioNetHdr {
+                num_buffers: if set_num_buffers { num_buffers } else { 0 },
+                ..Default::default()
+            };
+            write_iov(
+                active.owner,
+                &active.iov[..segs],
+                0,
+                &header.to_bytes()[..hdr.vhost],
+            )
         } else if set_num_buffers {
             write_num_buffers(active.owner, &active.iov[..segs], num_buffers)
         } else {
@@ -228,7 +260,9 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
         if let Err(err) = written {
             // The packet is lost; its buffers go back with the ring's
             // position (vhost_discard_vq_desc).
-            active.ring.unpop(positions(&active.heads[pending..pending + heads]));
+            active
+                .ring
+                .unpop(positions(&active.heads[pending..pending + heads]));
             break Err(err.into());
         }
         // Migration: the pages the packet went to are dirty now.
@@ -256,7 +290,9 @@ impl Backend for RxBackend {
     }
 
     fn new_scratch() -> Result<RxScratch> {
-        Ok(RxScratch { uiov: user_iov_scratch()? })
+        Ok(RxScratch {
+            uiov: user_iov_scratch()?,
+        })
     }
 
     fn is_file(&self, file: &File) -> bool {
@@ -265,7 +301,11 @@ impl Backend for RxBackend {
 
     /// Listens to the tap for packets; a first run if it has some.
     fn enable(&mut self, waker: &Arc<Waker>) -> Result {
-        self.poll = Some(FilePoll::start(self.batch.sock().pollable(), POLLIN, waker.clone())?);
+        self.poll = Some(FilePoll::start(
+            self.batch.sock().pollable(),
+            POLLIN,
+            waker.clone(),
+        )?);
         Ok(())
     }
 
@@ -273,7 +313,11 @@ impl Backend for RxBackend {
         struct Run<'r, 'a>(&'r mut ActiveRing<'a, RxBackend>);
         impl OnRingMemory for Run<'_, '_> {
             type Output = Result<bool, NetError>;
-            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(
+                self,
+                mem: &M,
+                translate: &T,
+            ) -> <Self as OnRingMemory>::Output {
                 handle_rx(self.0, mem, translate)
             }
         }

@@ -3,10 +3,10 @@
 //! Virtio-net TX: the guest's TX ring to the tap ([`TxBackend`]), in the
 //! queue's worker with the queue's lock held (C's `handle_tx`).
 
-use crate::net::NetError;
-use crate::vring::Features;
 use super::datapath::NetConfig;
+use crate::net::NetError;
 use crate::tap_glue::file_poll::{FilePoll, POLLOUT};
+use crate::vring::Features;
 
 use crate::vring::mem_table::Translate;
 
@@ -14,17 +14,17 @@ use crate::tap_glue::tap::{SendError, TapSocket, UserIov};
 use crate::tap_glue::tx_batch::{BatchSent, Batched, TxBatch};
 use crate::tap_glue::uaccess::OwnerMem;
 
+use super::datapath::*;
+use crate::net::MAX_BATCH;
+use crate::tap_glue::worker::Waker;
 use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
 use crate::vhost::virtqueue::{ActiveRing, Backend};
-use crate::net::MAX_BATCH;
-use crate::vring::{Chain, UserMemory, Iov, UsedElem};
-use crate::tap_glue::worker::Waker;
+use crate::vring::{Chain, Iov, UsedElem, UserMemory};
 use kernel::{
     fs::File,
     prelude::*,
     sync::{aref::ARef, Arc},
 };
-use super::datapath::*;
 
 /// What a TX run did, counted locally and added to the statistics once.
 #[derive(Default)]
@@ -70,7 +70,10 @@ impl TxScratch {
 impl TxBackend {
     /// The TX side of the tap behind `file`.
     pub(crate) fn new(file: ARef<File>) -> Result<Self> {
-        Ok(Self { sock: TapSocket::new(file)?, space: None })
+        Ok(Self {
+            sock: TapSocket::new(file)?,
+            space: None,
+        })
     }
 
     /// Waits for the tap to take packets again: the worker is woken when it
@@ -119,7 +122,10 @@ fn tx_one(
     if chain.writable != 0 {
         return Err(NetError::WrongDirection);
     }
-    let TxFormat { hdr, batch_headroom } = format;
+    let TxFormat {
+        hdr,
+        batch_headroom,
+    } = format;
     let vhost_hlen = hdr.vhost as u64;
     if chain.readable_len < vhost_hlen {
         return Err(NetError::ShortPacket);
@@ -131,7 +137,10 @@ fn tx_one(
         if scratch.batch.is_full() {
             scratch.send_batch(sock, tally);
         }
-        match scratch.batch.add(owner, readable, vhost_hlen, len, hdr.sock, headroom) {
+        match scratch
+            .batch
+            .add(owner, readable, vhost_hlen, len, hdr.sock, headroom)
+        {
             // Counted as sent when the batch goes.
             Batched::Added => return Ok(TxStep::Consumed { len }),
             Batched::Malformed => {
@@ -175,7 +184,10 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
     let mut weight = Weight::default();
     let mut pending = 0usize;
     let mut tally = TxTally::default();
-    let format = TxFormat { hdr, batch_headroom: active.backend.sock.batch_headroom() };
+    let format = TxFormat {
+        hdr,
+        batch_headroom: active.backend.sock.batch_headroom(),
+    };
     // This run sends until the tap or the ring is exhausted: no wakeups
     // from either meanwhile (vhost_net_disable_vq, vhost_disable_notify).
     active.backend.space = None;
@@ -202,7 +214,15 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
             }
             Err(err) => break Err(err.into()),
         };
-        match tx_one(active.owner, &active.backend.sock, active.scratch, active.iov, &chain, format, &mut tally) {
+        match tx_one(
+            active.owner,
+            &active.backend.sock,
+            active.scratch,
+            active.iov,
+            &chain,
+            format,
+            &mut tally,
+        ) {
             Ok(TxStep::Consumed { len }) => {
                 active.heads[pending] = UsedElem::of(&chain, 0);
                 pending += 1;
@@ -248,7 +268,10 @@ impl Backend for TxBackend {
     }
 
     fn new_scratch() -> Result<TxScratch> {
-        Ok(TxScratch { batch: TxBatch::new()?, uiov: user_iov_scratch()? })
+        Ok(TxScratch {
+            batch: TxBatch::new()?,
+            uiov: user_iov_scratch()?,
+        })
     }
 
     fn is_file(&self, file: &File) -> bool {
@@ -258,7 +281,11 @@ impl Backend for TxBackend {
     /// Polls for send space at once, as C does: `-EINVAL` if the tap
     /// reports an error, and a first run if it has room.
     fn enable(&mut self, waker: &Arc<Waker>) -> Result {
-        self.space = Some(FilePoll::start(self.sock.pollable(), POLLOUT, waker.clone())?);
+        self.space = Some(FilePoll::start(
+            self.sock.pollable(),
+            POLLOUT,
+            waker.clone(),
+        )?);
         Ok(())
     }
 
@@ -266,7 +293,11 @@ impl Backend for TxBackend {
         struct Run<'r, 'a>(&'r mut ActiveRing<'a, TxBackend>);
         impl OnRingMemory for Run<'_, '_> {
             type Output = Result<bool, NetError>;
-            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, translate: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(
+                self,
+                mem: &M,
+                translate: &T,
+            ) -> <Self as OnRingMemory>::Output {
                 handle_tx(self.0, mem, translate)
             }
         }

@@ -3,8 +3,8 @@
 //! Eventfds: the kick, call and error notifications between the device,
 //! userspace and the guest.
 
-use core::ptr::NonNull;
 use crate::tap_glue::file_poll::PollableFile;
+use core::ptr::NonNull;
 use kernel::{bindings, error::from_err_ptr, fs::File, prelude::*, sync::aref::ARef};
 
 /// The eventfd file behind `fd`, for polling it (a kick); `-EBADF` or
@@ -44,7 +44,9 @@ impl EventFd {
         // SAFETY: FFI call; any fd is accepted, errors come back as ERR_PTR.
         let raw = from_err_ptr(unsafe { bindings::eventfd_ctx_fdget(fd) })?;
         // INVARIANT: `eventfd_ctx_fdget` returned a referenced context.
-        Ok(Self { ctx: NonNull::new(raw).ok_or(EINVAL)? })
+        Ok(Self {
+            ctx: NonNull::new(raw).ok_or(EINVAL)?,
+        })
     }
 
     /// Adds 1 to the counter and wakes readers.

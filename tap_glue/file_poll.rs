@@ -147,7 +147,11 @@ impl FilePoll {
     /// Starts polling `file` for `mask`, waking `waker` on each event; wakes
     /// it at once if the file is already ready. `-EINVAL` if the file reports
     /// an error.
-    pub(crate) fn start(file: PollableFile, mask: u32, waker: Arc<Waker>) -> Result<Pin<KBox<Self>>> {
+    pub(crate) fn start(
+        file: PollableFile,
+        mask: u32,
+        waker: Arc<Waker>,
+    ) -> Result<Pin<KBox<Self>>> {
         let poll = KBox::pin_init(
             pin_init!(FilePoll {
                 wait <- Opaque::ffi_init(|entry: *mut bindings::wait_queue_entry| {

@@ -47,7 +47,11 @@ pub(crate) trait PollableDevice: MiscDevice {
     /// `poll()` on `file`, a file of the device: registers the poller with
     /// `table` on a wait queue of the device, and returns the `EPOLL*`
     /// events ready now.
-    fn poll(device: <Self::Ptr as ForeignOwnable>::Borrowed<'_>, file: &File, table: &PollTable<'_>) -> u32;
+    fn poll(
+        device: <Self::Ptr as ForeignOwnable>::Borrowed<'_>,
+        file: &File,
+        table: &PollTable<'_>,
+    ) -> u32;
 }
 
 /// Whether the file of a `read()` or `write()` was opened (or set)

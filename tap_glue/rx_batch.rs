@@ -7,12 +7,9 @@ use crate::tap_glue::compat::errno;
 
 use crate::tap_glue::shim::{self, PtrRing};
 
-use core::{
-    ffi::c_void,
-    ptr::NonNull,
-};
-use kernel::{ffi::c_int, prelude::*};
 use super::tap::{TapSocket, UserIov};
+use core::{ffi::c_void, ptr::NonNull};
+use kernel::{ffi::c_int, prelude::*};
 
 /// What [`RxBatch::recv`] did with the packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +54,13 @@ impl RxBatch {
         let raw = unsafe { shim::vnr_backend_rx_ring(sock.file.as_ptr()) };
         let ring = NonNull::new(raw).ok_or(errno!(ENOTSOCK))?;
         // INVARIANT: the ring of `sock`'s file; nothing taken yet.
-        Ok(Self { sock, ring, queue: [core::ptr::null_mut(); RX_BATCH], head: 0, tail: 0 })
+        Ok(Self {
+            sock,
+            ring,
+            queue: [core::ptr::null_mut(); RX_BATCH],
+            head: 0,
+            tail: 0,
+        })
     }
 
     /// Length of the next packet without the tap's vnet header, or `None`
@@ -104,7 +107,9 @@ impl RxBatch {
     /// Receives the packet `peek_len` reported into `iov`, which has room
     /// for `len` bytes.
     pub(crate) fn recv(&mut self, iov: &[UserIov], len: usize) -> Received {
-        let Some(entry) = self.take() else { return Received::Lost };
+        let Some(entry) = self.take() else {
+            return Received::Lost;
+        };
         // SAFETY: `entry` came from this tap's ring and is ours; tun
         // consumes it.
         match unsafe { self.sock.recv_entry(iov, len, entry) } {
@@ -129,7 +134,11 @@ impl Drop for RxBatch {
             // SAFETY: `queue[head..tail]` are ours and came from `ring`, which
             // is alive; unconsume puts them back in order or frees them.
             unsafe {
-                shim::vnr_rx_ring_unconsume(self.ring.as_ptr(), self.queue[self.head..].as_mut_ptr(), count)
+                shim::vnr_rx_ring_unconsume(
+                    self.ring.as_ptr(),
+                    self.queue[self.head..].as_mut_ptr(),
+                    count,
+                )
             };
         }
     }

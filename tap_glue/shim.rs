@@ -73,11 +73,26 @@ extern "C" {
     pub(crate) fn vnr_read_user_16(uaddr: *const c_void, dst: *mut u8) -> c_int;
     pub(crate) fn vnr_read_user_16_acquire(uaddr: *const c_void, dst: *mut u8) -> c_int;
     pub(crate) fn vnr_copy_from_user(dst: *mut c_void, src: *const c_void, n: usize) -> usize;
-    pub(crate) fn vnr_put_user_u64_each(uaddr: *mut c_void, len: usize, stores: *const Store8, n: c_uint) -> c_int;
-    pub(crate) fn vnr_put_user_u64_spaced(uaddr: *mut c_void, spacing: usize, vals: *const u64, n: c_uint) -> c_int;
+    pub(crate) fn vnr_put_user_u64_each(
+        uaddr: *mut c_void,
+        len: usize,
+        stores: *const Store8,
+        n: c_uint,
+    ) -> c_int;
+    pub(crate) fn vnr_put_user_u64_spaced(
+        uaddr: *mut c_void,
+        spacing: usize,
+        vals: *const u64,
+        n: c_uint,
+    ) -> c_int;
 
     // vnr_shim.h: a message over one user buffer.
-    pub(crate) fn vnr_iov_iter_ubuf(iter: *mut bindings::iov_iter, direction: c_uint, buf: *mut c_void, count: usize);
+    pub(crate) fn vnr_iov_iter_ubuf(
+        iter: *mut bindings::iov_iter,
+        direction: c_uint,
+        buf: *mut c_void,
+        count: usize,
+    );
 
     // vnr_shim.h: the current task and the address space.
     pub(crate) fn vnr_set_current_running();
@@ -100,7 +115,11 @@ extern "C" {
     );
     pub(crate) fn vnr_xdp_data(xdp: *mut XdpBuff) -> *mut c_void;
     pub(crate) fn vnr_sock_can_batch(sock: *mut bindings::socket) -> bool;
-    pub(crate) fn vnr_tun_send_batch(sock: *mut bindings::socket, xdp: *mut XdpBuff, n: c_uint) -> c_int;
+    pub(crate) fn vnr_tun_send_batch(
+        sock: *mut bindings::socket,
+        xdp: *mut XdpBuff,
+        n: c_uint,
+    ) -> c_int;
 
     // vnr_shim.h: the backend socket, and RX batching from its ring.
     pub(crate) fn vnr_backend_socket(file: *mut bindings::file) -> *mut bindings::socket;

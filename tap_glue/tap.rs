@@ -14,10 +14,7 @@ use crate::tap_glue::compat::errno;
 use crate::tap_glue::file_poll::PollableFile;
 use crate::tap_glue::shim::{self};
 
-use core::{
-    ffi::c_void,
-    ptr::NonNull,
-};
+use core::{ffi::c_void, ptr::NonNull};
 use kernel::{bindings, ffi::c_int, fs::File, prelude::*, sync::aref::ARef};
 
 /// A user iovec handed to the socket layer: `struct iovec` with the user
@@ -31,7 +28,8 @@ pub(crate) struct UserIov {
 
 const _: () = assert!(core::mem::size_of::<UserIov>() == core::mem::size_of::<bindings::iovec>());
 const _: () = assert!(core::mem::align_of::<UserIov>() == core::mem::align_of::<bindings::iovec>());
-const _: () = assert!(core::mem::offset_of!(UserIov, len) == core::mem::offset_of!(bindings::iovec, iov_len));
+const _: () =
+    assert!(core::mem::offset_of!(UserIov, len) == core::mem::offset_of!(bindings::iovec, iov_len));
 
 /// The file behind a backend fd. Like the C driver, a closed fd (as any fd
 /// that is not a usable backend) is `-ENOTSOCK`.
@@ -92,7 +90,10 @@ impl TapSocket {
         let raw = unsafe { shim::vnr_backend_socket(file.as_ptr()) };
         let raw = kernel::error::from_err_ptr(raw).map_err(|_| errno!(ENOTSOCK))?;
         // INVARIANT: the socket of `file`.
-        Ok(Self { file, sock: NonNull::new(raw).ok_or(errno!(ENOTSOCK))? })
+        Ok(Self {
+            file,
+            sock: NonNull::new(raw).ok_or(errno!(ENOTSOCK))?,
+        })
     }
 
     pub(crate) fn file(&self) -> &ARef<File> {
@@ -113,7 +114,13 @@ impl TapSocket {
     /// One buffer, the usual packet, becomes an `ITER_UBUF` message, whose
     /// copies skip the segment walk of an `ITER_IOVEC` one (C's vhost-net
     /// always builds the latter).
-    fn with_msg<R>(iov: &[UserIov], len: usize, dir: u32, flags: u32, f: impl FnOnce(&mut bindings::msghdr) -> R) -> R {
+    fn with_msg<R>(
+        iov: &[UserIov],
+        len: usize,
+        dir: u32,
+        flags: u32,
+        f: impl FnOnce(&mut bindings::msghdr) -> R,
+    ) -> R {
         // SAFETY: `msghdr` is plain data for which all-zeroes is the empty
         // message, as the C code's `struct msghdr msg = {}`.
         let mut msg: bindings::msghdr = unsafe { core::mem::zeroed() };
@@ -130,9 +137,20 @@ impl TapSocket {
                 [one] => {
                     // Callers pass the total of their iovecs or less.
                     debug_assert!(len <= one.len, "a message longer than its buffer");
-                    shim::vnr_iov_iter_ubuf(&mut msg.msg_iter, dir, one.base as *mut c_void, len.min(one.len))
+                    shim::vnr_iov_iter_ubuf(
+                        &mut msg.msg_iter,
+                        dir,
+                        one.base as *mut c_void,
+                        len.min(one.len),
+                    )
                 }
-                _ => bindings::iov_iter_init(&mut msg.msg_iter, dir, iov.as_ptr().cast(), iov.len(), len),
+                _ => bindings::iov_iter_init(
+                    &mut msg.msg_iter,
+                    dir,
+                    iov.as_ptr().cast(),
+                    iov.len(),
+                    len,
+                ),
             }
         }
         f(&mut msg)
@@ -142,16 +160,22 @@ impl TapSocket {
     /// total).
     pub(crate) fn send(&self, iov: &[UserIov], len: usize) -> Result<(), SendError> {
         let sock = self.sock.as_ptr();
-        let ret = Self::with_msg(iov, len, bindings::ITER_SOURCE, bindings::MSG_DONTWAIT, |msg| {
-            // SAFETY: `sock` is valid by the type invariant; tun sockets
-            // always have `ops->sendmsg`.
-            unsafe {
-                match (*(*sock).ops).sendmsg {
-                    Some(sendmsg) => sendmsg(sock, msg, len),
-                    None => -(bindings::EOPNOTSUPP as c_int),
+        let ret = Self::with_msg(
+            iov,
+            len,
+            bindings::ITER_SOURCE,
+            bindings::MSG_DONTWAIT,
+            |msg| {
+                // SAFETY: `sock` is valid by the type invariant; tun sockets
+                // always have `ops->sendmsg`.
+                unsafe {
+                    match (*(*sock).ops).sendmsg {
+                        Some(sendmsg) => sendmsg(sock, msg, len),
+                        None => -(bindings::EOPNOTSUPP as c_int),
+                    }
                 }
-            }
-        });
+            },
+        );
         if ret < 0 {
             return Err(SendError::from_errno(ret));
         }
@@ -166,7 +190,12 @@ impl TapSocket {
     ///
     /// `entry` is an entry taken from this tap's RX ring and owned by the
     /// caller; tun consumes it whatever the outcome.
-    pub(super) unsafe fn recv_entry(&self, iov: &[UserIov], len: usize, entry: *mut c_void) -> Result<usize> {
+    pub(super) unsafe fn recv_entry(
+        &self,
+        iov: &[UserIov],
+        len: usize,
+        entry: *mut c_void,
+    ) -> Result<usize> {
         let flags = bindings::MSG_DONTWAIT | bindings::MSG_TRUNC;
         let sock = self.sock.as_ptr();
         let ret = Self::with_msg(iov, len, bindings::ITER_DEST, flags, |msg| {

@@ -4,13 +4,13 @@
 //! and handed to tun in one `sendmsg`, as the C driver does
 //! (`vhost_net_build_xdp`, `TUN_MSG_PTR`).
 
+use super::tap::TapSocket;
 use crate::tap_glue::shim::{self, XdpBuff};
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::vring::net_hdr::VirtioNetHdr;
 use crate::vring::{segments_from, Iov};
 use core::ptr::NonNull;
 use kernel::{bindings, ffi::c_uint, page::PAGE_SIZE, prelude::*};
-use super::tap::TapSocket;
 
 /// Packets a [`TxBatch`] holds before it must be sent (`VHOST_NET_BATCH`).
 pub(crate) const TX_BATCH: usize = 64;
@@ -77,13 +77,21 @@ impl TxBatch {
     pub(crate) fn new() -> Result<Self> {
         // SAFETY: Pure functions returning compile-time constants of C.
         let (xdp_size, shinfo, rx_pad) = unsafe {
-            (shim::vnr_xdp_buff_size(), shim::vnr_xdp_shinfo_size() as usize, shim::vnr_xdp_rx_pad() as usize)
+            (
+                shim::vnr_xdp_buff_size(),
+                shim::vnr_xdp_shinfo_size() as usize,
+                shim::vnr_xdp_rx_pad() as usize,
+            )
         };
         let words = (xdp_size * TX_BATCH).div_ceil(8);
         let xdp = KVec::from_elem(0u64, words, GFP_KERNEL)?;
         Ok(Self {
             // An all-zero cache is an empty one (`page_frag_cache_init`).
-            frag: bindings::page_frag_cache { encoded_page: 0, offset: 0, pagecnt_bias: 0 },
+            frag: bindings::page_frag_cache {
+                encoded_page: 0,
+                offset: 0,
+                pagecnt_bias: 0,
+            },
             xdp,
             xdp_size,
             count: 0,
@@ -100,7 +108,11 @@ impl TxBatch {
 
     fn slot(&mut self, index: usize) -> *mut XdpBuff {
         // In bounds: index < TX_BATCH and `xdp` holds TX_BATCH buffs.
-        self.xdp.as_mut_ptr().cast::<u8>().wrapping_add(index * self.xdp_size).cast()
+        self.xdp
+            .as_mut_ptr()
+            .cast::<u8>()
+            .wrapping_add(index * self.xdp_size)
+            .cast()
     }
 
     /// Whether [`TxBatch::add`] would refuse a packet as [`Batched::Full`].
@@ -118,7 +130,15 @@ impl TxBatch {
     /// into the TX loop, as `net::tx_one` is: a call per packet with six
     /// arguments was its own prologue and register shuffle.
     #[inline(always)]
-    pub(crate) fn add(&mut self, owner: &OwnerMem, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, headroom: usize) -> Batched {
+    pub(crate) fn add(
+        &mut self,
+        owner: &OwnerMem,
+        iov: &[Iov],
+        skip: u64,
+        len: usize,
+        sock_hlen: usize,
+        headroom: usize,
+    ) -> Batched {
         if self.is_full() {
             return Batched::Full;
         }
@@ -143,7 +163,9 @@ impl TxBatch {
                 !(CACHE_LINE as c_uint - 1),
             )
         };
-        let Some(buf) = NonNull::new(buf.cast::<u8>()) else { return Batched::NoMemory };
+        let Some(buf) = NonNull::new(buf.cast::<u8>()) else {
+            return Batched::NoMemory;
+        };
         if Self::fill(owner, buf, iov, skip, len, sock_hlen, pad).is_err() {
             // SAFETY: `buf` came from `__page_frag_alloc_align`.
             unsafe { bindings::page_frag_free(buf.as_ptr().cast()) };
@@ -153,7 +175,13 @@ impl TxBatch {
         // SAFETY: `slot` is a zeroed xdp_buff of ours; the fragment layout is
         // the one tun_xdp_one expects (header at the start, data at `pad`).
         unsafe {
-            shim::vnr_xdp_prepare(slot, buf.as_ptr().cast(), buflen as c_uint, pad as c_uint, (len - sock_hlen) as c_uint)
+            shim::vnr_xdp_prepare(
+                slot,
+                buf.as_ptr().cast(),
+                buflen as c_uint,
+                pad as c_uint,
+                (len - sock_hlen) as c_uint,
+            )
         };
         // INVARIANT: the new fragment is described by buff `count`.
         self.count += 1;
@@ -167,7 +195,15 @@ impl TxBatch {
     /// `skip` bytes. Only writes go through `buf`: the fragment is
     /// uninitialised memory, so no reference to it is made.
     #[inline(always)]
-    fn fill(owner: &OwnerMem, buf: NonNull<u8>, iov: &[Iov], skip: u64, len: usize, sock_hlen: usize, pad: usize) -> Result {
+    fn fill(
+        owner: &OwnerMem,
+        buf: NonNull<u8>,
+        iov: &[Iov],
+        skip: u64,
+        len: usize,
+        sock_hlen: usize,
+        pad: usize,
+    ) -> Result {
         let hdr_at = pad - sock_hlen;
         let mut off = hdr_at;
         let end = hdr_at + len;
@@ -203,7 +239,9 @@ impl TxBatch {
         }
         // SAFETY: `hdr_at + LEN_LEGACY <= hdr_at + sock_hlen = pad`, inside
         // the fragment, initialised by the copy above.
-        unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr().add(hdr_at), raw.as_mut_ptr(), raw.len()) };
+        unsafe {
+            core::ptr::copy_nonoverlapping(buf.as_ptr().add(hdr_at), raw.as_mut_ptr(), raw.len())
+        };
         let mut hdr = VirtioNetHdr::parse(&raw).ok_or(EINVAL)?;
         // VIRTIO_NET_HDR_F_NEEDS_CSUM: the checksum must lie inside the
         // headers tun will look at; widen hdr_len as the C driver does.
@@ -217,7 +255,9 @@ impl TxBatch {
                 let bytes = hdr.hdr_len.to_le_bytes();
                 // SAFETY: bytes 2..4 of the header (`hdr_len`), inside the
                 // fragment.
-                unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_ptr().add(hdr_at + 2), 2) };
+                unsafe {
+                    core::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_ptr().add(hdr_at + 2), 2)
+                };
             }
         }
         // SAFETY: both ranges lie in the fragment; `copy` allows overlap.
@@ -246,12 +286,20 @@ impl TxBatch {
         if ret < 0 {
             // Still ours: `free_all` releases them.
             self.free_all();
-            return BatchSent { packets: 0, bytes: 0, lost: packets };
+            return BatchSent {
+                packets: 0,
+                bytes: 0,
+                lost: packets,
+            };
         }
         // INVARIANT: tun owns the fragments now.
         self.count = 0;
         self.bytes = 0;
-        BatchSent { packets, bytes, lost: 0 }
+        BatchSent {
+            packets,
+            bytes,
+            lost: 0,
+        }
     }
 
     /// Frees the fragments of the unsent packets.

@@ -10,16 +10,16 @@
 //! (a packed ring's event area one 32-bit load), little-endian as virtio's
 //! rings are.
 
-use core::marker::PhantomData;
-use kernel::mm::Mm;
 use crate::tap_glue::compat;
-use crate::vring::dirty_log::{LogBitmap, LogError};
 use crate::tap_glue::shim;
-use crate::vring::{Stop, UserMemory, Store8, VringError};
+use crate::vring::dirty_log::{LogBitmap, LogError};
+use crate::vring::{Stop, Store8, UserMemory, VringError};
+use core::marker::PhantomData;
 use core::{
     mem::MaybeUninit,
     sync::atomic::{AtomicUsize, Ordering},
 };
+use kernel::mm::Mm;
 use kernel::{
     bindings,
     ffi::{c_int, c_uint},
@@ -45,7 +45,10 @@ pub(crate) fn user_limit() -> u64 {
 /// `vnr_get_user_u32` for `u32`), which takes any user address: it masks
 /// or checks the address itself and handles faults.
 #[inline(always)]
-unsafe fn load<T: Default>(addr: u64, get: unsafe extern "C" fn(*const T, *mut T) -> c_int) -> Result<T, Stop> {
+unsafe fn load<T: Default>(
+    addr: u64,
+    get: unsafe extern "C" fn(*const T, *mut T) -> c_int,
+) -> Result<T, Stop> {
     if addr % core::mem::size_of::<T>() as u64 != 0 {
         return Err(VringError::Fault.into());
     }
@@ -76,7 +79,9 @@ pub(crate) struct OwnerMem {
 }
 
 fn uptr(addr: u64) -> Result<UserPtr, Stop> {
-    usize::try_from(addr).map(UserPtr::from_addr).map_err(|_| Stop::Error(VringError::Fault))
+    usize::try_from(addr)
+        .map(UserPtr::from_addr)
+        .map_err(|_| Stop::Error(VringError::Fault))
 }
 
 impl UserMemory for OwnerMem {
@@ -141,7 +146,9 @@ impl UserMemory for OwnerMem {
         // them. The shim checks that every offset lies, 8-byte aligned,
         // inside the `len` bytes at `base`, and the whole area with
         // access_ok, and handles faults.
-        let ret = unsafe { shim::vnr_put_user_u64_each(base.as_mut_ptr().cast(), len, stores.as_ptr(), count) };
+        let ret = unsafe {
+            shim::vnr_put_user_u64_each(base.as_mut_ptr().cast(), len, stores.as_ptr(), count)
+        };
         if ret != 0 {
             return Err(VringError::Fault.into());
         }
@@ -161,7 +168,9 @@ impl UserMemory for OwnerMem {
         // SAFETY: `vals` holds `count` values. The shim checks the whole
         // span the stores cover with access_ok (refusing a span that
         // overflows) and handles faults.
-        let ret = unsafe { shim::vnr_put_user_u64_spaced(base.as_mut_ptr().cast(), spacing, vals.as_ptr(), count) };
+        let ret = unsafe {
+            shim::vnr_put_user_u64_spaced(base.as_mut_ptr().cast(), spacing, vals.as_ptr(), count)
+        };
         if ret != 0 {
             return Err(VringError::Fault.into());
         }
@@ -173,8 +182,11 @@ impl UserMemory for OwnerMem {
         // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
         // `read_into` only ever writes initialised bytes (the owner's, or
         // zeroes where a fault stopped the copy), so `buf` stays valid.
-        let dst = unsafe { core::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<MaybeUninit<u8>>(), len) };
-        self.read_into(addr, dst).map_err(|_| Stop::Error(VringError::Fault))
+        let dst = unsafe {
+            core::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<MaybeUninit<u8>>(), len)
+        };
+        self.read_into(addr, dst)
+            .map_err(|_| Stop::Error(VringError::Fault))
     }
 
     #[inline]
@@ -204,7 +216,8 @@ impl UserMemory for OwnerMem {
         // SAFETY: As in `read_16`; the shim loads the last 8 bytes (the
         // flags with them) first, single-copy atomically, then the rest
         // after a read barrier.
-        let ret = unsafe { shim::vnr_read_user_16_acquire(p.as_const_ptr().cast(), bytes.as_mut_ptr()) };
+        let ret =
+            unsafe { shim::vnr_read_user_16_acquire(p.as_const_ptr().cast(), bytes.as_mut_ptr()) };
         if ret != 0 {
             return Err(VringError::Fault.into());
         }
@@ -238,7 +251,9 @@ impl OwnerMem {
         // INVARIANT: The current task's `mm` is `owner`; the value cannot
         // leave this task (it is not `Send`).
         match current.mm() {
-            Some(mm) if mm.as_raw() == owner.as_raw() => Some(Self { _not_send: PhantomData }),
+            Some(mm) if mm.as_raw() == owner.as_raw() => Some(Self {
+                _not_send: PhantomData,
+            }),
             _ => None,
         }
     }
@@ -252,7 +267,9 @@ impl OwnerMem {
     /// `kthread_use_mm` of the owner's `mm` and its unuse.
     pub(crate) unsafe fn assume() -> Self {
         // INVARIANT: The caller guarantees it.
-        Self { _not_send: PhantomData }
+        Self {
+            _not_send: PhantomData,
+        }
     }
 
     /// The dirty-log bitmap in the owner's memory.
@@ -273,7 +290,9 @@ impl OwnerMem {
         // read by the copy; `_inline_copy_from_user` checks (masks) the user
         // range and handles faults. By the type invariant the current `mm`
         // is the owner's.
-        let left = unsafe { shim::vnr_copy_from_user(dst.as_mut_ptr().cast(), p.as_const_ptr().cast(), dst.len()) };
+        let left = unsafe {
+            shim::vnr_copy_from_user(dst.as_mut_ptr().cast(), p.as_const_ptr().cast(), dst.len())
+        };
         if left != 0 {
             return Err(EFAULT);
         }
@@ -308,8 +327,14 @@ impl LogBitmap for OwnerBitmap<'_> {
         // SAFETY: The current task has an mm (checked above), and this pins
         // at most one page of it at a user address (checked above; gup
         // checks it again), writing one pointer to `page`.
-        let pinned =
-            unsafe { bindings::pin_user_pages_fast(addr as kernel::ffi::c_ulong, 1, bindings::FOLL_WRITE, &mut page) };
+        let pinned = unsafe {
+            bindings::pin_user_pages_fast(
+                addr as kernel::ffi::c_ulong,
+                1,
+                bindings::FOLL_WRITE,
+                &mut page,
+            )
+        };
         if pinned != 1 || page.is_null() {
             return Err(LogError::Fault);
         }

@@ -21,13 +21,9 @@
 //! before the grace period ends, and no later wake can see it: the task is
 //! never woken after it is freed (the C driver's `vhost_worker` RCU rule).
 
-
-use crate::tap_glue::uaccess::OwnerMem;
 use crate::tap_glue::shim;
-use core::{
-    ffi::c_void,
-    ptr::NonNull,
-};
+use crate::tap_glue::uaccess::OwnerMem;
+use core::{ffi::c_void, ptr::NonNull};
 use kernel::{
     bindings,
     error::from_err_ptr,
@@ -40,7 +36,6 @@ use kernel::{
         Arc,
     },
 };
-
 
 /// Where wakeups of one queue go: a pending-work flag and the worker to wake.
 ///
@@ -144,7 +139,10 @@ enum Thread<T: Work> {
     Task(NonNull<shim::VhostTask>),
     /// A kthread in the owner's address space; `args` is its argument and
     /// lives until the thread has stopped.
-    Kthread { task: NonNull<bindings::task_struct>, _args: KBox<KthreadArgs<T>> },
+    Kthread {
+        task: NonNull<bindings::task_struct>,
+        _args: KBox<KthreadArgs<T>>,
+    },
 }
 
 /// What a kthread worker runs with.
@@ -258,9 +256,21 @@ unsafe extern "C" fn kthread_fn<T: Work>(arg: *mut c_void) -> c_int {
 impl<T: Work> Worker<T> {
     /// Creates and starts a kthread worker for `work` that runs in `mm`
     /// and in the calling task's cgroups (`VHOST_FORK_OWNER_KTHREAD`).
-    pub(crate) fn start_kthread(work: Arc<T>, name: &'static CStr, mm: ARef<MmWithUser>) -> Result<Self> {
-        let args = KBox::new(KthreadArgs { work: work.clone(), mm }, GFP_KERNEL)?;
-        let arg = core::ptr::from_ref::<KthreadArgs<T>>(&args).cast_mut().cast::<c_void>();
+    pub(crate) fn start_kthread(
+        work: Arc<T>,
+        name: &'static CStr,
+        mm: ARef<MmWithUser>,
+    ) -> Result<Self> {
+        let args = KBox::new(
+            KthreadArgs {
+                work: work.clone(),
+                mm,
+            },
+            GFP_KERNEL,
+        )?;
+        let arg = core::ptr::from_ref::<KthreadArgs<T>>(&args)
+            .cast_mut()
+            .cast::<c_void>();
         // SAFETY: `kthread_fn::<T>` matches the thread function type, `arg`
         // stays valid while `args` is held by the returned `Worker` (until
         // the thread has stopped), and "%s" takes the NUL-terminated
@@ -279,8 +289,15 @@ impl<T: Work> Worker<T> {
         // cgroups (vhost_attach_task_to_cgroups).
         // SAFETY: `task` is a live kthread that has not run yet; `current`
         // is the owner.
-        let attached = unsafe { bindings::cgroup_attach_task_all(kernel::task::Task::current_raw(), task.as_ptr()) };
-        let worker = Self::publish(work, Thread::Kthread { task, _args: args }, true, task.as_ptr().cast());
+        let attached = unsafe {
+            bindings::cgroup_attach_task_all(kernel::task::Task::current_raw(), task.as_ptr())
+        };
+        let worker = Self::publish(
+            work,
+            Thread::Kthread { task, _args: args },
+            true,
+            task.as_ptr().cast(),
+        );
         // SAFETY: A created kthread, woken once to start it.
         unsafe { bindings::wake_up_process(task.as_ptr()) };
         if attached != 0 {
@@ -302,7 +319,12 @@ impl<T: Work> Worker<T> {
         let task = NonNull::new(raw).ok_or(ENOMEM)?;
         // SAFETY: A freshly created task, started once.
         unsafe { shim::vhost_task_start(task.as_ptr()) };
-        Ok(Self::publish(work, Thread::Task(task), false, task.as_ptr().cast()))
+        Ok(Self::publish(
+            work,
+            Thread::Task(task),
+            false,
+            task.as_ptr().cast(),
+        ))
     }
 
     /// Makes the started thread `task` (a kthread if `kthread`) the one

@@ -54,10 +54,18 @@ impl Limits {
             iotlb_entries: iotlb_entries.clamp(1, IOTLB_ENTRIES_HARD_MAX) as usize,
         };
         if mem_regions as usize != limits.mem_regions {
-            pr_warn!("max_mem_regions={} out of range, using {}\n", mem_regions, limits.mem_regions);
+            pr_warn!(
+                "max_mem_regions={} out of range, using {}\n",
+                mem_regions,
+                limits.mem_regions
+            );
         }
         if iotlb_entries as usize != limits.iotlb_entries {
-            pr_warn!("max_iotlb_entries={} out of range, using {}\n", iotlb_entries, limits.iotlb_entries);
+            pr_warn!(
+                "max_iotlb_entries={} out of range, using {}\n",
+                iotlb_entries,
+                limits.iotlb_entries
+            );
         }
         limits
     }
@@ -110,7 +118,11 @@ impl<W> DevState<W> {
         // otherwise fill the log, one file at a time.
         static LINES_LEFT: AtomicU32 = AtomicU32::new(MAX_REGION_WARNINGS);
         if !self.told_max_regions
-            && LINES_LEFT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(1)).is_ok()
+            && LINES_LEFT
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    left.checked_sub(1)
+                })
+                .is_ok()
         {
             self.told_max_regions = true;
             if nregions > MEM_REGIONS_HARD_MAX as usize {
@@ -137,7 +149,10 @@ impl<W> DevState<W> {
     /// calling task shares the owner's address space (C's
     /// `vhost_dev_check_owner`).
     pub(crate) fn check_owner(&self) -> Result<OwnerMem> {
-        self.owner.as_deref().and_then(OwnerMem::of_owner).ok_or(EPERM)
+        self.owner
+            .as_deref()
+            .and_then(OwnerMem::of_owner)
+            .ok_or(EPERM)
     }
 }
 
@@ -206,7 +221,10 @@ pub(crate) trait Queues {
 
     /// Applies `f` to each queue in turn, up to the first error, which it
     /// returns.
-    fn try_each(&self, f: &mut dyn FnMut(&mut dyn QueueConfig) -> Result<(), MessageError>) -> Result<(), MessageError> {
+    fn try_each(
+        &self,
+        f: &mut dyn FnMut(&mut dyn QueueConfig) -> Result<(), MessageError>,
+    ) -> Result<(), MessageError> {
         let mut result = Ok(());
         self.each(&mut |queue| {
             if result.is_ok() {
@@ -249,7 +267,10 @@ impl<W> DevState<W> {
     /// `VHOST_SET_OWNER`: the calling process owns the device; `start`
     /// starts its workers, given the owner's address space and the worker
     /// kind (`VHOST_SET_FORK_FROM_OWNER`).
-    pub(crate) fn set_owner(&mut self, start: impl FnOnce(&ARef<Mm>, u8) -> Result<W>) -> Result<isize> {
+    pub(crate) fn set_owner(
+        &mut self,
+        start: impl FnOnce(&ARef<Mm>, u8) -> Result<W>,
+    ) -> Result<isize> {
         if self.owner.is_some() {
             return Err(EBUSY);
         }
@@ -286,7 +307,12 @@ impl<W> DevState<W> {
     /// as C's `vhost_init_device_iotlb` gives the device one; QEMU sets
     /// the features again when migration starts, and refills the table on
     /// the misses that follow, which a queue posts when it next runs.
-    pub(crate) fn set_features(&mut self, queues: &dyn Queues, features: Features, offered: Features) -> Result<isize> {
+    pub(crate) fn set_features(
+        &mut self,
+        queues: &dyn Queues,
+        features: Features,
+        offered: Features,
+    ) -> Result<isize> {
         if !features.beyond(offered).is_empty() {
             return Err(errno!(EOPNOTSUPP));
         }
@@ -300,7 +326,10 @@ impl<W> DevState<W> {
         let mut tables = KVec::new();
         if features.access_platform() {
             for _ in 0..queues.count() {
-                tables.push(device_iotlb::new_table(self.limits.iotlb_entries)?, GFP_KERNEL)?;
+                tables.push(
+                    device_iotlb::new_table(self.limits.iotlb_entries)?,
+                    GFP_KERNEL,
+                )?;
             }
         }
         let mut tables = tables.into_iter();
@@ -314,8 +343,12 @@ impl<W> DevState<W> {
     /// the argument asks for.
     pub(crate) fn get_features_array(arg: usize, offered: Features) -> Result<isize> {
         let count: u64 = read_arg(arg)?;
-        let len = usize::try_from(count).map_err(|_| EFAULT)?.checked_mul(8).ok_or(EFAULT)?;
-        let mut writer = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).writer();
+        let len = usize::try_from(count)
+            .map_err(|_| EFAULT)?
+            .checked_mul(8)
+            .ok_or(EFAULT)?;
+        let mut writer =
+            UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).writer();
         for index in 0..count {
             let word = if index == 0 { offered.bits() } else { 0 };
             write_abi(&mut writer, &word)?;
@@ -325,10 +358,19 @@ impl<W> DevState<W> {
 
     /// `VHOST_SET_FEATURES_ARRAY`: as `VHOST_SET_FEATURES`, with any bit
     /// beyond the first word `-EOPNOTSUPP`.
-    pub(crate) fn set_features_array(&mut self, queues: &dyn Queues, arg: usize, offered: Features) -> Result<isize> {
+    pub(crate) fn set_features_array(
+        &mut self,
+        queues: &dyn Queues,
+        arg: usize,
+        offered: Features,
+    ) -> Result<isize> {
         let count: u64 = read_arg(arg)?;
-        let len = usize::try_from(count).map_err(|_| EFAULT)?.checked_mul(8).ok_or(EFAULT)?;
-        let mut reader = UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).reader();
+        let len = usize::try_from(count)
+            .map_err(|_| EFAULT)?
+            .checked_mul(8)
+            .ok_or(EFAULT)?;
+        let mut reader =
+            UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).reader();
         let mut first = 0u64;
         for index in 0..count {
             let word: u64 = read_abi(&mut reader)?;
@@ -343,7 +385,11 @@ impl<W> DevState<W> {
 
     /// `VHOST_SET_BACKEND_FEATURES`: as in C, no owner needed. The v2
     /// format applies to the misses posted from now on.
-    pub(crate) fn set_backend_features(&mut self, queues: &dyn Queues, features: u64) -> Result<isize> {
+    pub(crate) fn set_backend_features(
+        &mut self,
+        queues: &dyn Queues,
+        features: u64,
+    ) -> Result<isize> {
         if features & !BACKEND_FEATURES != 0 {
             return Err(errno!(EOPNOTSUPP));
         }
@@ -361,13 +407,20 @@ impl<W> DevState<W> {
     /// applied to each queue's copy of the IOTLB under that queue's lock,
     /// so that it is in effect for every run once this returns (see
     /// `device_iotlb.rs`).
-    pub(crate) fn iotlb_message(&self, queues: &dyn Queues, message: &iotlb::Message) -> Result<(), MessageError> {
-        let batches = self.backend_features & mask(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH) != 0;
+    pub(crate) fn iotlb_message(
+        &self,
+        queues: &dyn Queues,
+        message: &iotlb::Message,
+    ) -> Result<(), MessageError> {
+        let batches =
+            self.backend_features & mask(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH) != 0;
         match message.kind {
             iotlb::MSG_UPDATE => {
                 // Every copy has taken every message so far, so they take
                 // or refuse this one alike.
-                queues.try_each(&mut |queue| queue.iotlb_update(message.iova, message.size, message.uaddr, message.perm))?;
+                queues.try_each(&mut |queue| {
+                    queue.iotlb_update(message.iova, message.size, message.uaddr, message.perm)
+                })?;
                 queues.wake(queues.misses().answer(message.iova, message.size));
             }
             iotlb::MSG_INVALIDATE => {
@@ -440,15 +493,23 @@ impl<W> DevState<W> {
             return Err(self.too_many_regions(nregions));
         }
         let mut reader = UserSlice::new(
-            UserPtr::from_addr(arg.checked_add(core::mem::size_of::<MemoryHeader>()).ok_or(EFAULT)?),
+            UserPtr::from_addr(
+                arg.checked_add(core::mem::size_of::<MemoryHeader>())
+                    .ok_or(EFAULT)?,
+            ),
             nregions * core::mem::size_of::<MemoryRegion>(),
         )
         .reader();
         let mut regions = KVec::with_capacity(nregions, GFP_KERNEL)?;
         for _ in 0..nregions {
             let raw: MemoryRegion = read_abi(&mut reader)?;
-            let region = Region::new(raw.guest_phys_addr, raw.memory_size, raw.userspace_addr, user_limit())
-                .map_err(mem_errno)?;
+            let region = Region::new(
+                raw.guest_phys_addr,
+                raw.memory_size,
+                raw.userspace_addr,
+                user_limit(),
+            )
+            .map_err(mem_errno)?;
             regions.push(region, GFP_KERNEL)?;
         }
         mem_table::validate(&mut regions, self.limits.mem_regions).map_err(mem_errno)?;
@@ -515,14 +576,22 @@ fn vring_ioctl(queue: &mut dyn QueueConfig, index: u32, cmd: u32, arg: usize) ->
             let base = queue.get_base();
             write_arg(arg, &VringState { index, num: base })?;
         }
-        VHOST_SET_VRING_KICK => queue.set_kick(read_fd(arg)?.map(eventfd::eventfd_file).transpose()?)?,
+        VHOST_SET_VRING_KICK => {
+            queue.set_kick(read_fd(arg)?.map(eventfd::eventfd_file).transpose()?)?
+        }
         VHOST_SET_VRING_CALL => queue.set_call(read_fd(arg)?.map(EventFd::from_fd).transpose()?),
         VHOST_SET_VRING_ERR => queue.set_err(read_fd(arg)?.map(EventFd::from_fd).transpose()?),
         VHOST_SET_VRING_BUSYLOOP_TIMEOUT => {
             queue.set_busyloop_timeout(read_arg::<VringState>(arg)?.num);
         }
         VHOST_GET_VRING_BUSYLOOP_TIMEOUT => {
-            write_arg(arg, &VringState { index, num: queue.busyloop_timeout() })?;
+            write_arg(
+                arg,
+                &VringState {
+                    index,
+                    num: queue.busyloop_timeout(),
+                },
+            )?;
         }
         _ => return Err(ENOTTY),
     }

@@ -29,12 +29,19 @@
 //! queue's lock (a worker posts with its queue locked).
 
 use crate::vring::iotlb::{Iotlb, Mapping, Miss, Misses, UpdateError};
-use kernel::{fs::File, new_poll_condvar, sync::{poll::{PollCondVar, PollTable}, SetOnce}};
 use kernel::{
     alloc::KVVec,
     new_condvar, new_mutex,
     prelude::*,
     sync::{Arc, CondVar, Mutex},
+};
+use kernel::{
+    fs::File,
+    new_poll_condvar,
+    sync::{
+        poll::{PollCondVar, PollTable},
+        SetOnce,
+    },
 };
 
 /// The control of a device's miss channel, whatever its number of queues.
@@ -143,7 +150,6 @@ impl<const N: usize> MissChannel<N> {
         }
     }
 
-
     /// `read()`: the oldest unread miss; waits for one unless `nonblock`.
     /// `Err(ERESTARTSYS)` if a signal came first.
     pub(crate) fn read(&self, nonblock: bool) -> Result<ReadOutcome> {
@@ -177,7 +183,10 @@ impl<const N: usize> MissChannel<N> {
             Some(pollers) => pollers,
             None => {
                 // Two first pollers at once both make one; the loser's goes.
-                let _ = self.pollers.populate(KBox::pin_init(new_poll_condvar!("vhost_net_rs_iotlb_pollers"), GFP_KERNEL)?);
+                let _ = self.pollers.populate(KBox::pin_init(
+                    new_poll_condvar!("vhost_net_rs_iotlb_pollers"),
+                    GFP_KERNEL,
+                )?);
                 self.pollers.as_ref().ok_or(ENOMEM)?
             }
         };

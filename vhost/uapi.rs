@@ -158,8 +158,14 @@ macro_rules! user_abi_int {
 }
 
 user_abi_int!(u8, u32, i32, u64);
-user_abi!(VringState { index: u32, num: u32 });
-user_abi!(VringFile { index: u32, fd: i32 });
+user_abi!(VringState {
+    index: u32,
+    num: u32
+});
+user_abi!(VringFile {
+    index: u32,
+    fd: i32
+});
 user_abi!(VringAddr {
     index: u32,
     flags: u32,
@@ -168,8 +174,16 @@ user_abi!(VringAddr {
     avail_user_addr: u64,
     log_guest_addr: u64,
 });
-user_abi!(MemoryHeader { nregions: u32, padding: u32 });
-user_abi!(MemoryRegion { guest_phys_addr: u64, memory_size: u64, userspace_addr: u64, flags_padding: u64 });
+user_abi!(MemoryHeader {
+    nregions: u32,
+    padding: u32
+});
+user_abi!(MemoryRegion {
+    guest_phys_addr: u64,
+    memory_size: u64,
+    userspace_addr: u64,
+    flags_padding: u64
+});
 
 /// Reads a `T` from `reader`.
 pub(crate) fn read_abi<T: UserAbi>(reader: &mut UserSliceReader) -> Result<T> {
@@ -192,7 +206,10 @@ pub(crate) fn read_arg<T: UserAbi>(arg: usize) -> Result<T> {
 
 /// Writes a `T` to the ioctl argument.
 pub(crate) fn write_arg<T: UserAbi>(arg: usize, value: &T) -> Result {
-    write_abi(&mut UserSlice::new(UserPtr::from_addr(arg), T::SIZE).writer(), value)
+    write_abi(
+        &mut UserSlice::new(UserPtr::from_addr(arg), T::SIZE).writer(),
+        value,
+    )
 }
 
 pub(crate) const VHOST_GET_FEATURES: u32 = _IOR::<u64>(VHOST_VIRTIO, 0x00);
@@ -209,11 +226,9 @@ pub(crate) const VHOST_GET_VRING_BASE: u32 = _IOWR::<VringState>(VHOST_VIRTIO, 0
 pub(crate) const VHOST_SET_VRING_KICK: u32 = _IOW::<VringFile>(VHOST_VIRTIO, 0x20);
 pub(crate) const VHOST_SET_VRING_CALL: u32 = _IOW::<VringFile>(VHOST_VIRTIO, 0x21);
 pub(crate) const VHOST_SET_VRING_ERR: u32 = _IOW::<VringFile>(VHOST_VIRTIO, 0x22);
-pub(crate) const VHOST_SET_VRING_BUSYLOOP_TIMEOUT: u32 =
-    _IOW::<VringState>(VHOST_VIRTIO, 0x23);
+pub(crate) const VHOST_SET_VRING_BUSYLOOP_TIMEOUT: u32 = _IOW::<VringState>(VHOST_VIRTIO, 0x23);
 /// Really a read, but the uapi header declares it `_IOW`.
-pub(crate) const VHOST_GET_VRING_BUSYLOOP_TIMEOUT: u32 =
-    _IOW::<VringState>(VHOST_VIRTIO, 0x24);
+pub(crate) const VHOST_GET_VRING_BUSYLOOP_TIMEOUT: u32 = _IOW::<VringState>(VHOST_VIRTIO, 0x24);
 pub(crate) const VHOST_SET_BACKEND_FEATURES: u32 = _IOW::<u64>(VHOST_VIRTIO, 0x25);
 pub(crate) const VHOST_GET_BACKEND_FEATURES: u32 = _IOR::<u64>(VHOST_VIRTIO, 0x26);
 pub(crate) const VHOST_NET_SET_BACKEND: u32 = _IOW::<VringFile>(VHOST_VIRTIO, 0x30);
@@ -260,5 +275,5 @@ pub(crate) mod backend_feature {
 /// batches of IOTLB updates, which it does not (QEMU's vhost-kernel backend
 /// acks only the first; a batch's updates take effect one by one anyway,
 /// and the queues they answer are woken once, at its end).
-pub(crate) const BACKEND_FEATURES: u64 =
-    mask(backend_feature::VHOST_BACKEND_F_IOTLB_MSG_V2) | mask(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH);
+pub(crate) const BACKEND_FEATURES: u64 = mask(backend_feature::VHOST_BACKEND_F_IOTLB_MSG_V2)
+    | mask(backend_feature::VHOST_BACKEND_F_IOTLB_BATCH);

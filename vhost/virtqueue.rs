@@ -1,5 +1,3 @@
-
-
 // SPDX-License-Identifier: GPL-2.0
 
 //! One virtqueue: its configuration, its running ring, the eventfds it is
@@ -41,32 +39,37 @@
 //! lock, and the channel's to post a miss. Wait-queue callbacks take no
 //! lock: they set an atomic flag and wake the worker.
 
-use crate::vring::Features;
-use crate::vhost::uapi::VringAddr;
-use crate::tap_glue::file_poll::PollableFile;
-use crate::vhost::device_iotlb::MessageError;
-use kernel::seq_file::SeqFile;
-use crate::tap_glue::uaccess::OwnerMem;
-use crate::vhost::device_iotlb::{PostMiss, QueueIotlb};
-use crate::vring::dirty_log::DirtyLog;
 use crate::tap_glue::eventfd::EventFd;
 use crate::tap_glue::file_poll::FilePoll;
+use crate::tap_glue::file_poll::PollableFile;
+use crate::tap_glue::uaccess::OwnerMem;
+use crate::vhost::device_iotlb::MessageError;
+use crate::vhost::device_iotlb::{PostMiss, QueueIotlb};
+use crate::vhost::uapi::VringAddr;
+use crate::vring::dirty_log::DirtyLog;
+use crate::vring::Features;
+use kernel::seq_file::SeqFile;
 
+use crate::tap_glue::uaccess::user_limit;
 use crate::vring::mem_table::Region;
 use crate::vring::packed::PackedRing;
 use crate::vring::ring::Ring;
-use crate::tap_glue::uaccess::user_limit;
 
 use crate::vring::split::parts_end_below;
-use crate::vring::{Stop, Iov, UsedElem, SplitRing, VringError};
+use crate::vring::{Iov, SplitRing, Stop, UsedElem, VringError};
 mod config;
 mod run;
 
-pub(crate) use run::{with_ring_memory, ActiveRing, OnRingMemory, RunLog};
+pub(crate) use run::{with_ring_memory, ActiveRing, OnRingMemory};
 
 use crate::tap_glue::worker::{Waker, Work};
 
-use kernel::{fs::File, new_mutex, prelude::*, sync::{Arc, Mutex, MutexGuard}};
+use kernel::{
+    fs::File,
+    new_mutex,
+    prelude::*,
+    sync::{Arc, Mutex, MutexGuard},
+};
 
 /// The memory table, shared by the queues of a device.
 pub(crate) type MemTable = KVec<Region>;
@@ -178,7 +181,13 @@ pub(crate) trait QueueConfig {
     /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.
     fn set_iotlb_format(&mut self, format: u32);
     /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table.
-    fn iotlb_update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), MessageError>;
+    fn iotlb_update(
+        &mut self,
+        iova: u64,
+        size: u64,
+        uaddr: u64,
+        perm: u8,
+    ) -> Result<(), MessageError>;
     /// `VHOST_IOTLB_INVALIDATE` on this queue's copy of the table.
     fn iotlb_invalidate(&mut self, iova: u64, size: u64) -> Result<(), MessageError>;
     /// `VHOST_SET_LOG_BASE` for this queue.
@@ -241,7 +250,11 @@ impl RingAddr {
     /// that wraps past 2^64 would overflow them (a panic with the kernel's
     /// overflow checks), where C's sums would wrap.
     fn end_below(&self, num: u32, packed: bool, limit: u64) -> bool {
-        let sizes = if packed { PackedRing::sizes(num) } else { SplitRing::sizes(num, true) };
+        let sizes = if packed {
+            PackedRing::sizes(num)
+        } else {
+            SplitRing::sizes(num, true)
+        };
         parts_end_below((self.desc, self.avail, self.used), sizes, limit)
     }
 }
@@ -319,7 +332,10 @@ impl<B: Backend> VirtQueue<B> {
     pub(crate) fn new(index: u32, channel: Arc<dyn PostMiss>) -> Result<Arc<Self>> {
         let waker = Waker::new()?;
         let state = VqState::new(index, waker.clone(), B::HEADS, channel)?;
-        Arc::pin_init(pin_init!(VirtQueue { waker, state <- new_mutex!(state) }), GFP_KERNEL)
+        Arc::pin_init(
+            pin_init!(VirtQueue { waker, state <- new_mutex!(state) }),
+            GFP_KERNEL,
+        )
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, VqState<B>> {

@@ -5,8 +5,8 @@
 //! the bounded walk that builds a chain from guest descriptors
 //! (`ChainBuilder`, `IndirectTable`).
 
-use super::mem_table::{Access, Translate};
 use super::error::{Stop, VringError};
+use super::mem_table::{Access, Translate};
 use super::split::USED_ELEM_SIZE;
 use super::user_memory::UserMemory;
 
@@ -55,7 +55,12 @@ impl Desc {
     /// A split ring's descriptor (virtio 1.x, 2.7.5).
     pub(super) fn parse(b: &[u8; 16]) -> Self {
         let (addr, len, flags, next) = desc_fields(b);
-        Desc { addr, len, flags, next }
+        Desc {
+            addr,
+            len,
+            flags,
+            next,
+        }
     }
 }
 
@@ -77,7 +82,12 @@ pub(crate) struct UsedElem {
 impl UsedElem {
     /// The used element that returns `chain` with `len` bytes written.
     pub(crate) fn of(chain: &Chain, len: u32) -> Self {
-        UsedElem { head: chain.head, len, positions: chain.positions, complete: u64::from(len) == chain.writable_len }
+        UsedElem {
+            head: chain.head,
+            len,
+            positions: chain.positions,
+            complete: u64::from(len) == chain.writable_len,
+        }
     }
 
     /// `struct vring_used_elem` in a split ring: the head as a 32-bit id,
@@ -121,7 +131,10 @@ pub(crate) struct SegmentsFrom<'a> {
 
 /// See [`SegmentsFrom`].
 pub(crate) fn segments_from(iov: &[Iov], skip: u64) -> SegmentsFrom<'_> {
-    SegmentsFrom { rest: iov.iter(), skip }
+    SegmentsFrom {
+        rest: iov.iter(),
+        skip,
+    }
 }
 
 impl Iterator for SegmentsFrom<'_> {
@@ -137,7 +150,11 @@ impl Iterator for SegmentsFrom<'_> {
             let skip = core::mem::take(&mut self.skip);
             // No overflow: `skip < seg.len`, and a translated segment's
             // addresses plus its length do not pass 2^64.
-            return Some(Iov { gpa: seg.gpa + skip, addr: seg.addr + skip, len: seg.len - skip });
+            return Some(Iov {
+                gpa: seg.gpa + skip,
+                addr: seg.addr + skip,
+                len: seg.len - skip,
+            });
         }
         None
     }
@@ -193,7 +210,11 @@ impl IndirectTable {
             pieces += 1;
             Ok(())
         })?;
-        Ok(IndirectTable { addr, count: len / DESC_SIZE, owner: owner.filter(|_| pieces == 1) })
+        Ok(IndirectTable {
+            addr,
+            count: len / DESC_SIZE,
+            owner: owner.filter(|_| pieces == 1),
+        })
     }
 
     /// How many descriptors the table holds.
@@ -214,7 +235,10 @@ impl IndirectTable {
         match self.owner {
             // Inside the one piece checked in `new`: `i * 16` is below the
             // table's length, and the piece's owner range does not wrap.
-            Some(base) => mem.owner().read_16(base + i * DESC_SIZE).map_err(|_| Stop::Error(VringError::NotMapped)),
+            Some(base) => mem
+                .owner()
+                .read_16(base + i * DESC_SIZE)
+                .map_err(|_| Stop::Error(VringError::NotMapped)),
             None => read_indirect_bytes(mem, space, self.addr, i),
         }
     }
@@ -230,7 +254,10 @@ fn read_indirect_bytes<M: UserMemory, T: Translate + ?Sized>(
     table: u64,
     i: u64,
 ) -> Result<[u8; 16], Stop> {
-    let at = i.checked_mul(DESC_SIZE).and_then(|off| table.checked_add(off)).ok_or(VringError::NotMapped)?;
+    let at = i
+        .checked_mul(DESC_SIZE)
+        .and_then(|off| table.checked_add(off))
+        .ok_or(VringError::NotMapped)?;
     let mut bytes = [0u8; 16];
     let mut off = 0usize;
     // Into a local buffer: a translation that fails midway leaves nothing
@@ -238,9 +265,14 @@ fn read_indirect_bytes<M: UserMemory, T: Translate + ?Sized>(
     space.for_each_piece(at, DESC_SIZE, Access::Read, |seg| -> Result<(), Stop> {
         // The pieces add up to the 16 bytes asked for; a translation that
         // gave more would be refused, not trusted.
-        let end = usize::try_from(seg.len).ok().and_then(|n| off.checked_add(n)).ok_or(VringError::NotMapped)?;
+        let end = usize::try_from(seg.len)
+            .ok()
+            .and_then(|n| off.checked_add(n))
+            .ok_or(VringError::NotMapped)?;
         let piece = bytes.get_mut(off..end).ok_or(VringError::NotMapped)?;
-        mem.owner().read(seg.uaddr, piece).map_err(|_| VringError::NotMapped)?;
+        mem.owner()
+            .read(seg.uaddr, piece)
+            .map_err(|_| VringError::NotMapped)?;
         off = end;
         Ok(())
     })?;
@@ -269,7 +301,14 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
     /// An empty chain whose segments go to `iov`, its buffers translated
     /// through `space`.
     pub(crate) fn new(space: &'a T, iov: &'a mut [Iov]) -> Self {
-        ChainBuilder { space, iov, chain: Chain::default(), nseg: 0, total: 0, seen_in: false }
+        ChainBuilder {
+            space,
+            iov,
+            chain: Chain::default(),
+            nseg: 0,
+            total: 0,
+            seen_in: false,
+        }
     }
 
     /// Adds the buffer of one descriptor: translated (for writing if it is
@@ -297,13 +336,22 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
         }
         let before = self.nseg;
         let (iov, nseg) = (&mut *self.iov, &mut self.nseg);
-        let access = if writable { Access::Write } else { Access::Read };
-        self.space.for_each_piece(addr, len, access, |seg| -> Result<(), Stop> {
-            let slot = iov.get_mut(*nseg).ok_or(VringError::TooManySegments)?;
-            *slot = Iov { gpa: seg.gpa, addr: seg.uaddr, len: seg.len };
-            *nseg += 1;
-            Ok(())
-        })?;
+        let access = if writable {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        self.space
+            .for_each_piece(addr, len, access, |seg| -> Result<(), Stop> {
+                let slot = iov.get_mut(*nseg).ok_or(VringError::TooManySegments)?;
+                *slot = Iov {
+                    gpa: seg.gpa,
+                    addr: seg.uaddr,
+                    len: seg.len,
+                };
+                *nseg += 1;
+                Ok(())
+            })?;
         let added = self.nseg - before;
         if writable {
             self.chain.writable += added;
@@ -318,6 +366,10 @@ impl<'a, T: Translate + ?Sized> ChainBuilder<'a, T> {
     /// The chain, returned to the ring as `head`, taking `positions` ring
     /// positions.
     pub(crate) fn finish(self, head: u16, positions: u16) -> Chain {
-        Chain { head, positions, ..self.chain }
+        Chain {
+            head,
+            positions,
+            ..self.chain
+        }
     }
 }

@@ -65,20 +65,31 @@ impl DirtyLog {
     /// `user_limit`, with the C driver's arithmetic (`log_access_ok`): the
     /// byte of `gpa`'s page, then `size` rounded up to whole log bytes.
     pub(crate) fn covers(&self, gpa: u64, size: u64, user_limit: u64) -> bool {
-        let Some(first) = self.base.checked_add(gpa / LOG_BYTE_SPAN) else { return false };
+        let Some(first) = self.base.checked_add(gpa / LOG_BYTE_SPAN) else {
+            return false;
+        };
         let bytes = size / LOG_BYTE_SPAN + u64::from(size % LOG_BYTE_SPAN != 0);
-        first.checked_add(bytes).is_some_and(|end| end <= user_limit)
+        first
+            .checked_add(bytes)
+            .is_some_and(|end| end <= user_limit)
     }
 
     /// Whether the bits of every region of a memory table lie below
     /// `user_limit` (`vq_memory_access_ok` with logging on).
     pub(crate) fn covers_table(&self, regions: &[Region], user_limit: u64) -> bool {
-        regions.iter().all(|region| self.covers(region.gpa(), region.size(), user_limit))
+        regions
+            .iter()
+            .all(|region| self.covers(region.gpa(), region.size(), user_limit))
     }
 
     /// Marks every guest page that `[gpa, gpa + len)` touches as dirty
     /// (C's `log_write`). Nothing for an empty range.
-    pub(crate) fn mark<B: LogBitmap>(&self, bitmap: &B, gpa: u64, len: u64) -> Result<(), LogError> {
+    pub(crate) fn mark<B: LogBitmap>(
+        &self,
+        bitmap: &B,
+        gpa: u64,
+        len: u64,
+    ) -> Result<(), LogError> {
         if len == 0 {
             return Ok(());
         }
@@ -96,4 +107,3 @@ pub(crate) trait WriteLog {
     /// Marks the guest range `[gpa, gpa + len)` dirty.
     fn mark(&self, gpa: u64, len: u64) -> Result<(), LogError>;
 }
-

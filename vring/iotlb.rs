@@ -24,8 +24,15 @@
 //! of the table is the caller's (a `KVec` in the module, a `Vec` on the
 //! host), allocated once at its full size.
 
+pub(crate) mod message;
+
+pub(crate) use message::{
+    encode_miss, parse_write, Message, Miss, Misses, FORMAT_V1, FORMAT_V2, MIN_WRITE,
+    MSG_BATCH_BEGIN, MSG_BATCH_END, MSG_INVALIDATE, MSG_LEN, MSG_UPDATE,
+};
+
 use crate::vring::mem_table::{Access, Segment, Translate, TranslateError};
-use crate::vring::{Stop, read_16_flags_first, UserMemory, VringError};
+use crate::vring::{read_16_flags_first, Stop, UserMemory, VringError};
 use core::cell::Cell;
 use core::ops::DerefMut;
 
@@ -33,36 +40,6 @@ use core::ops::DerefMut;
 pub(crate) const ACCESS_RO: u8 = 0x1;
 /// `VHOST_ACCESS_WO`: the device may write through the mapping.
 pub(crate) const ACCESS_WO: u8 = 0x2;
-
-/// `VHOST_IOTLB_MISS`: the device asks for a translation.
-pub(crate) const MSG_MISS: u8 = 1;
-/// `VHOST_IOTLB_UPDATE`: userspace adds a mapping.
-pub(crate) const MSG_UPDATE: u8 = 2;
-/// `VHOST_IOTLB_INVALIDATE`: userspace removes mappings.
-pub(crate) const MSG_INVALIDATE: u8 = 3;
-/// `VHOST_IOTLB_BATCH_BEGIN`: updates until the end may be applied as one.
-pub(crate) const MSG_BATCH_BEGIN: u8 = 5;
-/// `VHOST_IOTLB_BATCH_END`.
-pub(crate) const MSG_BATCH_END: u8 = 6;
-
-/// `VHOST_IOTLB_MSG`: the `type` word of a `struct vhost_msg`.
-pub(crate) const FORMAT_V1: u32 = 0x1;
-/// `VHOST_IOTLB_MSG_V2`: the `type` word of a `struct vhost_msg_v2`.
-pub(crate) const FORMAT_V2: u32 = 0x2;
-
-/// `sizeof(struct vhost_msg)` and `sizeof(struct vhost_msg_v2)` on 64-bit
-/// kernels: a 4-byte type, 4 bytes of padding (v1) or the address-space id
-/// (v2), and a 64-byte union whose first 32 bytes are the
-/// `struct vhost_iotlb_msg`.
-pub(crate) const MSG_LEN: usize = 72;
-/// Offset of the `struct vhost_iotlb_msg` in either format.
-const BODY_OFFSET: usize = 8;
-/// `sizeof(struct vhost_iotlb_msg)`: iova, size, uaddr (8 bytes each),
-/// perm, type, 6 bytes of padding.
-const BODY_LEN: usize = 32;
-/// The shortest write the C driver takes: type, pad or asid, body. What
-/// lies past it in the union is ignored.
-pub(crate) const MIN_WRITE: usize = BODY_OFFSET + BODY_LEN;
 
 /// The `VHOST_ACCESS_*` bit of `access`, as mappings and miss messages
 /// name it.
@@ -187,7 +164,11 @@ struct Hit {
 }
 
 impl Hit {
-    const EMPTY: Hit = Hit { low: 1, high: 0, index: 0 };
+    const EMPTY: Hit = Hit {
+        low: 1,
+        high: 0,
+        index: 0,
+    };
 }
 
 impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
@@ -195,7 +176,13 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     /// contents are overwritten).
     pub(crate) fn new(slots: S) -> Self {
         // INVARIANT: no mapping yet.
-        Iotlb { slots, len: 0, next_seq: 0, last_fault: Cell::new(None), hits: [const { Cell::new(Hit::EMPTY) }; HITS] }
+        Iotlb {
+            slots,
+            len: 0,
+            next_seq: 0,
+            last_fault: Cell::new(None),
+            hits: [const { Cell::new(Hit::EMPTY) }; HITS],
+        }
     }
 
     /// The miss or refusal ([`TranslateError::Miss`] or
@@ -234,7 +221,14 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     /// table is full. `user_limit` is the first address past the user
     /// address space. The C driver stores `perm` as given: a mapping
     /// without permissions is taken, and refuses every access.
-    pub(crate) fn update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8, user_limit: u64) -> Result<(), UpdateError> {
+    pub(crate) fn update(
+        &mut self,
+        iova: u64,
+        size: u64,
+        uaddr: u64,
+        perm: u8,
+        user_limit: u64,
+    ) -> Result<(), UpdateError> {
         if size == 0 {
             return Err(UpdateError::BadRange);
         }
@@ -249,7 +243,12 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
             return Err(UpdateError::NoCapacity);
         }
         if self.len == self.slots.len() {
-            let oldest = self.mappings().iter().enumerate().min_by_key(|(_, m)| m.seq).map(|(i, _)| i);
+            let oldest = self
+                .mappings()
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, m)| m.seq)
+                .map(|(i, _)| i);
             if let Some(index) = oldest {
                 self.remove_at(index);
             }
@@ -262,7 +261,14 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
         self.slots.copy_within(at..self.len, at + 1);
         // INVARIANT: `start <= last` and `uaddr + span` were checked above;
         // the order is kept by the choice of `at`, `reach` by `fix_reach`.
-        self.slots[at] = Mapping { start: iova, last, uaddr, perm, seq, reach: last };
+        self.slots[at] = Mapping {
+            start: iova,
+            last,
+            uaddr,
+            perm,
+            seq,
+            reach: last,
+        };
         self.len += 1;
         self.fix_reach(at);
         Ok(())
@@ -303,7 +309,11 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     fn fix_reach(&mut self, from: usize) {
         // INVARIANT: no hit is left to name a moved or removed mapping.
         self.forget_hits();
-        let mut reach = if from == 0 { 0 } else { self.slots[from - 1].reach };
+        let mut reach = if from == 0 {
+            0
+        } else {
+            self.slots[from - 1].reach
+        };
         for m in &mut self.slots[from..self.len] {
             reach = core::cmp::max(reach, m.last);
             m.reach = reach;
@@ -342,7 +352,14 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
             None => mapping.start,
         };
         // INVARIANT: `index < len`, and the range is the one argued above.
-        self.remember(HITS - 1, Hit { low, high: mapping.last, index });
+        self.remember(
+            HITS - 1,
+            Hit {
+                low,
+                high: mapping.last,
+                index,
+            },
+        );
         Some(mapping)
     }
 
@@ -403,202 +420,16 @@ impl<S: DerefMut<Target = [Mapping]>> Translate for Iotlb<S> {
             let room = (m.last - iova).saturating_add(1);
             let n = core::cmp::min(left, room);
             // `uaddr + offset` is inside the mapping (type invariant).
-            f(Segment { gpa: iova, uaddr: m.uaddr + offset, len: n })?;
+            f(Segment {
+                gpa: iova,
+                uaddr: m.uaddr + offset,
+                len: n,
+            })?;
             left -= n;
             // Past the mapping's last byte; wraps only when nothing is left.
             iova = iova.wrapping_add(n);
         }
         Ok(())
-    }
-}
-
-/// A message written by userspace, as [`parse_write`] read it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Message {
-    /// `VHOST_IOTLB_MSG` or `VHOST_IOTLB_MSG_V2`: the length a successful
-    /// write returns does not depend on it (both are [`MSG_LEN`]).
-    pub(crate) format: u32,
-    pub(crate) iova: u64,
-    pub(crate) size: u64,
-    pub(crate) uaddr: u64,
-    pub(crate) perm: u8,
-    /// `VHOST_IOTLB_*`: only [`MSG_UPDATE`] and [`MSG_INVALIDATE`] are
-    /// taken by the device; the caller refuses the rest.
-    pub(crate) kind: u8,
-}
-
-/// Why a write was refused before its message was looked at: the C
-/// driver's `-EINVAL` cases of `vhost_chr_write_iter`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FrameError {
-    /// Shorter than the type word, or than the body its format needs.
-    Short,
-    /// A type word that is neither `VHOST_IOTLB_MSG` nor `_V2`.
-    UnknownFormat,
-    /// An update of size 0.
-    EmptyUpdate,
-}
-
-fn u64_at(bytes: &[u8], offset: usize) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[offset..offset + 8]);
-    u64::from_ne_bytes(word)
-}
-
-/// Reads one message from the first bytes of a `write()` (the caller
-/// copies at most [`MIN_WRITE`] of them; more are ignored, as in C). The
-/// address-space id of a v2 message is skipped: vhost-net never acks
-/// `VHOST_BACKEND_F_IOTLB_ASID`, so it is always 0 to the device.
-pub(crate) fn parse_write(bytes: &[u8]) -> Result<Message, FrameError> {
-    let head: [u8; 4] = bytes.get(..4).and_then(|b| b.try_into().ok()).ok_or(FrameError::Short)?;
-    let format = u32::from_ne_bytes(head);
-    if format != FORMAT_V1 && format != FORMAT_V2 {
-        return Err(FrameError::UnknownFormat);
-    }
-    let body = bytes.get(BODY_OFFSET..BODY_OFFSET + BODY_LEN).ok_or(FrameError::Short)?;
-    let message = Message {
-        format,
-        iova: u64_at(body, 0),
-        size: u64_at(body, 8),
-        uaddr: u64_at(body, 16),
-        perm: body[24],
-        kind: body[25],
-    };
-    if message.kind == MSG_UPDATE && message.size == 0 {
-        return Err(FrameError::EmptyUpdate);
-    }
-    Ok(message)
-}
-
-/// The bytes of a miss message for `read()`: `format` is the one the queue
-/// acked (v2 with `VHOST_BACKEND_F_IOTLB_MSG_V2`); size and uaddr are 0.
-pub(crate) fn encode_miss(format: u32, iova: u64, access: Access) -> [u8; MSG_LEN] {
-    let mut bytes = [0u8; MSG_LEN];
-    bytes[..4].copy_from_slice(&format.to_ne_bytes());
-    bytes[BODY_OFFSET..BODY_OFFSET + 8].copy_from_slice(&iova.to_ne_bytes());
-    bytes[BODY_OFFSET + 24] = access_bits(access);
-    bytes[BODY_OFFSET + 25] = MSG_MISS;
-    bytes
-}
-
-/// A miss, posted by a queue's worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Miss {
-    pub(crate) iova: u64,
-    pub(crate) access: Access,
-    /// The message format the queue acked when the miss was posted.
-    pub(crate) format: u32,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum MissState {
-    #[default]
-    None,
-    /// Posted, not yet read by userspace; `seq` orders the reads.
-    Unread(Miss, u64),
-    /// Read by userspace: the queue waits for an update that covers it.
-    Pending(Miss),
-}
-
-/// The outstanding misses of a device's `N` queues.
-///
-/// A queue has at most one: it stops at its first miss, and a second one
-/// is dropped until the first is answered (the C driver's
-/// `vq->iotlb_miss`), so a queue cannot grow the list. `read()` takes the
-/// oldest unread one; an update
-/// answers the read ones whose address it covers, as C answers only its
-/// `pending_list`.
-///
-/// # Invariants
-///
-/// Every `Unread` sequence number is below `next_seq`; `N <= 64`, so that
-/// [`Misses::answer`] names every queue in its mask.
-pub(crate) struct Misses<const N: usize> {
-    queues: [MissState; N],
-    next_seq: u64,
-}
-
-impl<const N: usize> Default for Misses<N> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<const N: usize> Misses<N> {
-    /// No miss outstanding.
-    pub(crate) const fn new() -> Self {
-        const { assert!(N <= 64, "the answer mask has 64 bits") };
-        // INVARIANT: no `Unread` state; `N` checked above.
-        Misses { queues: [MissState::None; N], next_seq: 0 }
-    }
-
-    /// Queue `queue` (below `N`) posts `miss`. Returns whether it is new:
-    /// `false` if the queue has one outstanding, read or not, so that
-    /// readers are woken only for something new to read (C's
-    /// `vq->iotlb_miss`: a queue waits for the answer to its first miss).
-    pub(crate) fn post(&mut self, queue: usize, miss: Miss) -> bool {
-        match self.queues.get_mut(queue) {
-            Some(state @ MissState::None) => {
-                // INVARIANT: `next_seq` moves past the number given out.
-                *state = MissState::Unread(miss, self.next_seq);
-                self.next_seq += 1;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether a `read()` would find a message (`poll`'s `EPOLLIN`).
-    pub(crate) fn readable(&self) -> bool {
-        self.queues.iter().any(|state| matches!(state, MissState::Unread(..)))
-    }
-
-    /// `read()`: the oldest unread miss, now pending, and its queue.
-    pub(crate) fn read(&mut self) -> Option<(usize, Miss)> {
-        let (index, miss) = self
-            .queues
-            .iter()
-            .enumerate()
-            .filter_map(|(index, state)| match state {
-                MissState::Unread(miss, seq) => Some((index, *miss, *seq)),
-                _ => None,
-            })
-            .min_by_key(|&(_, _, seq)| seq)
-            .map(|(index, miss, _)| (index, miss))?;
-        self.queues[index] = MissState::Pending(miss);
-        Some((index, miss))
-    }
-
-    /// The `read()` of queue `queue`'s miss could not copy the message
-    /// out: as in C, the message is dropped, and the queue may post again.
-    pub(crate) fn drop_read(&mut self, queue: usize) {
-        if let Some(state @ MissState::Pending(_)) = self.queues.get_mut(queue) {
-            *state = MissState::None;
-        }
-    }
-
-    /// An update of `[iova, iova + size - 1]` arrived: clears the pending
-    /// misses it covers and returns the queues to wake, as a bit mask
-    /// (bit `q` for queue `q`).
-    pub(crate) fn answer(&mut self, iova: u64, size: u64) -> u64 {
-        let last = iova.wrapping_add(size.wrapping_sub(1));
-        let mut wake = 0;
-        for (index, state) in self.queues.iter_mut().enumerate() {
-            if let MissState::Pending(miss) = *state {
-                if iova <= miss.iova && miss.iova <= last {
-                    *state = MissState::None;
-                    // `index < N <= 64` (type invariant).
-                    wake |= 1u64 << index;
-                }
-            }
-        }
-        wake
-    }
-
-    /// Forgets every miss, unread and pending (`RESET_OWNER`, a backend
-    /// set to -1, the IOTLB switched off): C frees both of its lists.
-    pub(crate) fn clear(&mut self) {
-        self.queues = [MissState::None; N];
     }
 }
 
@@ -619,10 +450,11 @@ impl<'a, M: UserMemory, T: Translate + ?Sized> Translated<'a, M, T> {
     /// them all (nearly always, for a descriptor).
     fn one_piece_16(&self, addr: u64) -> Result<Option<u64>, Stop> {
         let mut uaddr = None;
-        self.space.for_each_piece(addr, 16, Access::Read, |seg: Segment| {
-            uaddr = (seg.len == 16).then_some(seg.uaddr);
-            Ok::<(), Stop>(())
-        })?;
+        self.space
+            .for_each_piece(addr, 16, Access::Read, |seg: Segment| {
+                uaddr = (seg.len == 16).then_some(seg.uaddr);
+                Ok::<(), Stop>(())
+            })?;
         Ok(uaddr)
     }
 
@@ -633,13 +465,14 @@ impl<'a, M: UserMemory, T: Translate + ?Sized> Translated<'a, M, T> {
     /// The owner address of `[addr, addr + len)`, which must be one piece.
     fn whole(&self, addr: u64, len: u64, access: Access) -> Result<u64, Stop> {
         let mut found = None;
-        self.space.for_each_piece(addr, len, access, |seg: Segment| {
-            if seg.len != len {
-                return Err(Stop::Error(VringError::NotMapped));
-            }
-            found = Some(seg.uaddr);
-            Ok(())
-        })?;
+        self.space
+            .for_each_piece(addr, len, access, |seg: Segment| {
+                if seg.len != len {
+                    return Err(Stop::Error(VringError::NotMapped));
+                }
+                found = Some(seg.uaddr);
+                Ok(())
+            })?;
         found.ok_or(Stop::Error(VringError::NotMapped))
     }
 }
@@ -669,14 +502,21 @@ impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Stop> {
         let mut done = 0usize;
-        self.space.for_each_piece(addr, buf.len() as u64, Access::Read, |seg: Segment| {
-            // The pieces add up to the length asked for; one that would
-            // not is refused, not trusted.
-            let end = usize::try_from(seg.len).ok().and_then(|n| done.checked_add(n)).ok_or(VringError::NotMapped)?;
-            self.mem.read(seg.uaddr, buf.get_mut(done..end).ok_or(VringError::NotMapped)?)?;
-            done = end;
-            Ok(())
-        })
+        self.space
+            .for_each_piece(addr, buf.len() as u64, Access::Read, |seg: Segment| {
+                // The pieces add up to the length asked for; one that would
+                // not is refused, not trusted.
+                let end = usize::try_from(seg.len)
+                    .ok()
+                    .and_then(|n| done.checked_add(n))
+                    .ok_or(VringError::NotMapped)?;
+                self.mem.read(
+                    seg.uaddr,
+                    buf.get_mut(done..end).ok_or(VringError::NotMapped)?,
+                )?;
+                done = end;
+                Ok(())
+            })
     }
 
     fn read_16(&self, addr: u64) -> Result<[u8; 16], Stop> {
@@ -701,12 +541,17 @@ impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
 
     fn write(&self, addr: u64, buf: &[u8]) -> Result<(), Stop> {
         let mut done = 0usize;
-        self.space.for_each_piece(addr, buf.len() as u64, Access::Write, |seg: Segment| {
-            let end = usize::try_from(seg.len).ok().and_then(|n| done.checked_add(n)).ok_or(VringError::NotMapped)?;
-            self.mem.write(seg.uaddr, buf.get(done..end).ok_or(VringError::NotMapped)?)?;
-            done = end;
-            Ok(())
-        })
+        self.space
+            .for_each_piece(addr, buf.len() as u64, Access::Write, |seg: Segment| {
+                let end = usize::try_from(seg.len)
+                    .ok()
+                    .and_then(|n| done.checked_add(n))
+                    .ok_or(VringError::NotMapped)?;
+                self.mem
+                    .write(seg.uaddr, buf.get(done..end).ok_or(VringError::NotMapped)?)?;
+                done = end;
+                Ok(())
+            })
     }
 
     fn mb(&self) {
@@ -726,6 +571,11 @@ impl<M: UserMemory, T: Translate + ?Sized> UserMemory for Translated<'_, M, T> {
 /// table stands: the C driver's `iotlb_access_ok`, which each run checks
 /// for the ring parts before it touches them (`vq_meta_prefetch`), so that
 /// a run never stops halfway through publishing used entries.
-pub(crate) fn check_range<T: Translate + ?Sized>(space: &T, addr: u64, len: u64, access: Access) -> Result<(), TranslateError> {
+pub(crate) fn check_range<T: Translate + ?Sized>(
+    space: &T,
+    addr: u64,
+    len: u64,
+    access: Access,
+) -> Result<(), TranslateError> {
     space.for_each_piece(addr, len, access, |_: Segment| Ok::<(), TranslateError>(()))
 }

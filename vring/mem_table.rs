@@ -114,7 +114,12 @@ impl Region {
             return Err(MemError::BadUserAddr);
         }
         // INVARIANT: checked above.
-        Ok(Region { gpa, size, uaddr, reach: gpa + size })
+        Ok(Region {
+            gpa,
+            size,
+            uaddr,
+            reach: gpa + size,
+        })
     }
 
     /// Guest-physical start.
@@ -200,7 +205,11 @@ pub(crate) fn for_each_piece<E: From<TranslateError>>(
         let r = find(regions, gpa).ok_or(TranslateError::NotMapped)?;
         let off = gpa - r.gpa();
         let n = core::cmp::min(len, r.size() - off);
-        f(Segment { gpa, uaddr: r.uaddr() + off, len: n })?;
+        f(Segment {
+            gpa,
+            uaddr: r.uaddr() + off,
+            len: n,
+        })?;
         gpa += n;
         len -= n;
     }
@@ -237,7 +246,9 @@ pub(crate) fn for_each_alias<E: From<TranslateError>>(
     if len == 0 {
         return Ok(());
     }
-    let last = uaddr.checked_add(len - 1).ok_or(TranslateError::NotMapped)?;
+    let last = uaddr
+        .checked_add(len - 1)
+        .ok_or(TranslateError::NotMapped)?;
     let mut hit = false;
     for region in regions {
         // `uaddr + size` does not overflow (type invariant).

@@ -30,7 +30,9 @@ impl VirtioNetHdr {
     /// Parses the first `LEN_LEGACY` bytes of `bytes` (`num_buffers` is read
     /// only if there are `LEN`). `None` if `bytes` is shorter.
     pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
-        let at = |off: usize| -> Option<u16> { Some(u16::from_le_bytes([*bytes.get(off)?, *bytes.get(off + 1)?])) };
+        let at = |off: usize| -> Option<u16> {
+            Some(u16::from_le_bytes([*bytes.get(off)?, *bytes.get(off + 1)?]))
+        };
         Some(Self {
             flags: *bytes.first()?,
             gso_type: *bytes.get(1)?,
@@ -52,6 +54,19 @@ impl VirtioNetHdr {
         let [s0, s1] = self.csum_start.to_le_bytes();
         let [o0, o1] = self.csum_offset.to_le_bytes();
         let [n0, n1] = self.num_buffers.to_le_bytes();
-        [self.flags, self.gso_type, h0, h1, g0, g1, s0, s1, o0, o1, n0, n1]
+        [
+            self.flags,
+            self.gso_type,
+            h0,
+            h1,
+            g0,
+            g1,
+            s0,
+            s1,
+            o0,
+            o1,
+            n0,
+            n1,
+        ]
     }
 }

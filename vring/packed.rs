@@ -25,13 +25,16 @@
 //! (section 2.8.21), and its event flags with 16-bit stores. The driver's
 //! event area it reads whole, in one single-copy-atomic 32-bit load.
 
+mod used;
+
+use crate::vring::chain::desc_fields;
 use crate::vring::dirty_log::{LogError, WriteLog};
 use crate::vring::mem_table::Translate;
 use crate::vring::staged::Staged;
-use crate::vring::chain::desc_fields;
-use crate::vring::{Stop, 
-    positions, Chain, ChainBuilder, UserMemory, IndirectTable, Iov, Features, RingLayout,
-    Store8, UsedElem, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE, MAX_NUM,
+use crate::vring::{
+    positions, Chain, ChainBuilder, Features, IndirectTable, Iov, RingLayout, Stop, Store8,
+    UsedElem, UserMemory, VringError, DESC_F_INDIRECT, DESC_F_NEXT, DESC_F_WRITE, DESC_SIZE,
+    MAX_NUM,
 };
 
 /// `VRING_PACKED_DESC_F_AVAIL`.
@@ -78,7 +81,12 @@ impl PackedDesc {
     /// A packed ring's descriptor (virtio 1.x, 2.8.13).
     fn parse(b: &[u8; 16]) -> Self {
         let (addr, len, id, flags) = desc_fields(b);
-        PackedDesc { addr, len, id, flags }
+        PackedDesc {
+            addr,
+            len,
+            id,
+            flags,
+        }
     }
 
     fn writable(&self) -> bool {
@@ -147,7 +155,10 @@ impl Position {
     /// bit 15. `None` if the index is outside a ring of `num`.
     fn decode(bits: u16, num: u16) -> Option<Self> {
         let index = bits & !WRAP_BIT;
-        (index < num).then_some(Position { index, wrap: bits & WRAP_BIT != 0 })
+        (index < num).then_some(Position {
+            index,
+            wrap: bits & WRAP_BIT != 0,
+        })
     }
 
     fn encode(self) -> u16 {
@@ -159,9 +170,15 @@ impl Position {
         // Below 2 * 32768: no overflow in u32.
         let sum = u32::from(self.index) + u32::from(n);
         if sum >= u32::from(num) {
-            Position { index: (sum - u32::from(num)) as u16, wrap: !self.wrap }
+            Position {
+                index: (sum - u32::from(num)) as u16,
+                wrap: !self.wrap,
+            }
         } else {
-            Position { index: sum as u16, wrap: self.wrap }
+            Position {
+                index: sum as u16,
+                wrap: self.wrap,
+            }
         }
     }
 
@@ -180,9 +197,15 @@ impl Position {
     /// `n` positions back, in a ring of `num`, with `n <= num`.
     fn back(self, n: u16, num: u16) -> Self {
         if n <= self.index {
-            Position { index: self.index - n, wrap: self.wrap }
+            Position {
+                index: self.index - n,
+                wrap: self.wrap,
+            }
         } else {
-            Position { index: self.index + num - n, wrap: !self.wrap }
+            Position {
+                index: self.index + num - n,
+                wrap: !self.wrap,
+            }
         }
     }
 }
@@ -245,11 +268,19 @@ impl PackedRing {
     /// past the end of the 64-bit space, or
     /// `base` holds a position outside the ring or a used position more
     /// than a lap behind the avail one.
-    pub(crate) fn resume(layout: RingLayout, desc_log: Option<u64>, base: u32, features: Features) -> Option<Self> {
+    pub(crate) fn resume(
+        layout: RingLayout,
+        desc_log: Option<u64>,
+        base: u32,
+        features: Features,
+    ) -> Option<Self> {
         if layout.num == 0 || layout.num > MAX_NUM || !layout.parts_fit(Self::sizes(layout.num)) {
             return None;
         }
-        if layout.desc % DESC_ALIGN != 0 || layout.avail % EVENT_ALIGN != 0 || layout.used % EVENT_ALIGN != 0 {
+        if layout.desc % DESC_ALIGN != 0
+            || layout.avail % EVENT_ALIGN != 0
+            || layout.used % EVENT_ALIGN != 0
+        {
             return None;
         }
         let num = u16::try_from(layout.num).ok()?;
@@ -285,10 +316,13 @@ impl PackedRing {
     /// Whether a ring of `num` entries can resume at `base`: both
     /// positions inside it, the used one at most a lap behind.
     pub(crate) fn base_fits(base: u32, num: u32) -> bool {
-        let Ok(num) = u16::try_from(num) else { return false };
-        let (Some(avail), Some(used)) =
-            (Position::decode(base as u16, num), Position::decode((base >> 16) as u16, num))
-        else {
+        let Ok(num) = u16::try_from(num) else {
+            return false;
+        };
+        let (Some(avail), Some(used)) = (
+            Position::decode(base as u16, num),
+            Position::decode((base >> 16) as u16, num),
+        ) else {
             return false;
         };
         avail.distance_from(used, num).is_some()
@@ -328,7 +362,9 @@ impl PackedRing {
     /// guest-physical address is `gpa`, once the write is visible; as in
     /// the split ring, a log that cannot be written does not stop the ring.
     fn log<M: UserMemory, L: WriteLog>(mem: &M, log: &L, gpa: Option<u64>, offset: u64, len: u64) {
-        let Some(gpa) = gpa.and_then(|gpa| gpa.checked_add(offset)) else { return };
+        let Some(gpa) = gpa.and_then(|gpa| gpa.checked_add(offset)) else {
+            return;
+        };
         mem.wmb();
         let _unwritable: Result<(), LogError> = log.mark(gpa, len);
     }
@@ -436,160 +472,17 @@ impl PackedRing {
     /// Puts back the last popped chains, which took `positions` positions
     /// (see [`positions`]).
     pub(crate) fn unpop(&mut self, positions: u32) {
-        debug_assert!(positions <= u32::from(self.in_flight), "putting back chains that were not taken");
+        debug_assert!(
+            positions <= u32::from(self.in_flight),
+            "putting back chains that were not taken"
+        );
         // INVARIANT: never more than is in flight, so the sum is kept.
-        let back = u16::try_from(positions).unwrap_or(u16::MAX).min(self.in_flight);
+        let back = u16::try_from(positions)
+            .unwrap_or(u16::MAX)
+            .min(self.in_flight);
         self.next_avail = self.next_avail.back(back, self.num);
         self.in_flight -= back;
         self.seen_ahead += back;
-    }
-
-    /// Returns `elems` (popped chains, in any order) as used descriptors,
-    /// at the next used positions. Each used descriptor's length, id and
-    /// flags go out in one single-copy-atomic 8-byte store, so the driver
-    /// sees it whole or not at all (the id and length are never behind the
-    /// flags that expose them), the batch's rest in one user access per 32
-    /// chains (and one more where the batch wraps the ring, or where its
-    /// leading chains of one position each end); the first element's goes
-    /// last, so that the driver, which looks at that one first, sees the
-    /// whole batch at once. A write that faults leaves the batch unseen,
-    /// and the ring stops ([`VringError::UsedWriteFailed`]). A batch that
-    /// returns more positions than are in flight (a caller's bug) is
-    /// refused ([`VringError::BadUsed`]), also unseen: only the used
-    /// descriptors of its leading chains of one position may have been
-    /// written by then, at positions still in flight.
-    pub(crate) fn add_used<M: UserMemory, L: WriteLog>(
-        &mut self,
-        mem: &M,
-        log: &L,
-        elems: &[UsedElem],
-    ) -> Result<(), Stop> {
-        self.write_used(mem, log, elems).map_err(|err| match err {
-            Stop::Error(VringError::Fault) => Stop::Error(VringError::UsedWriteFailed),
-            err => err,
-        })
-    }
-
-    fn write_used<M: UserMemory, L: WriteLog>(
-        &mut self,
-        mem: &M,
-        log: &L,
-        elems: &[UsedElem],
-    ) -> Result<(), Stop> {
-        let Some((first, rest)) = elems.split_first() else { return Ok(()) };
-        // Every chain takes at least one position: the batch takes at least
-        // this many, exactly this many when the rest took one each.
-        debug_assert!(elems.iter().all(|elem| elem.positions >= 1), "a used element of no position");
-        let least = u32::from(first.positions) + rest.len() as u32;
-        if least > u32::from(self.in_flight) {
-            // Returning more than was taken: a caller's bug, not the guest's.
-            return Err(VringError::BadUsed.into());
-        }
-        let start = self.next_used;
-        let after_first = start.advance(first.positions, self.num);
-        let (at, total) = if rest.is_empty() {
-            (after_first, least)
-        } else {
-            // The rest go first, at positions the driver looks at only once
-            // it sees the first: those written before a chain of several
-            // positions is found to overrun what was taken stay unseen.
-            let (at, adjacent) = self.write_rest_adjacent(mem, after_first, rest)?;
-            let (at, total) = if adjacent == rest.len() {
-                (at, least)
-            } else {
-                let total = positions(elems);
-                if total > u32::from(self.in_flight) {
-                    return Err(VringError::BadUsed.into());
-                }
-                (self.write_rest(mem, at, &rest[adjacent..])?, total)
-            };
-            // The rest of the batch before the first entry, which the
-            // driver looks at first.
-            mem.wmb();
-            (at, total)
-        };
-        mem.write_8(self.desc_addr(start.index) + DESC_LEN_OFFSET, used_entry(first, start.wrap))?;
-        self.log_span(mem, log, start, at);
-        self.next_used = at;
-        // INVARIANT: `total` was in flight (checked above); it is no more.
-        self.in_flight -= total as u16;
-        self.unsignalled = self.unsignalled.saturating_add(total);
-        Ok(())
-    }
-
-    /// Writes the used descriptors of `rest` from position `from` on, all
-    /// but a batch's first; returns the position after them. They go out
-    /// [`USED_STORES`] at a time, each store still one single-copy-atomic
-    /// 8 bytes. The caller checked that they fit what is in flight.
-    fn write_rest<M: UserMemory>(&self, mem: &M, from: Position, rest: &[UsedElem]) -> Result<Position, Stop> {
-        let ring_len = DESC_SIZE * u64::from(self.num);
-        let mut stores = Staged::<Store8, USED_STORES>::new();
-        let mut at = from;
-        for chunk in rest.chunks(USED_STORES) {
-            let staged = stores.fill(chunk.iter().map(|elem| {
-                // INVARIANT of `Position`: `index < num <= 32768`, so the
-                // offset fits in 32 bits.
-                let offset = (DESC_SIZE * u64::from(at.index) + DESC_LEN_OFFSET) as u32;
-                let store = Store8 { offset, bytes: used_entry(elem, at.wrap) };
-                at = at.advance(elem.positions, self.num);
-                store
-            }));
-            mem.write_8_each(self.desc, ring_len, staged)?;
-        }
-        Ok(at)
-    }
-
-    /// The used descriptors of the leading elements of `rest` whose chains
-    /// took one position each, as a chain of one descriptor or an indirect
-    /// one does (a Linux guest's RX buffers, and its TX packets with
-    /// indirect descriptors), from position `from` on. Returns the position
-    /// after them and how many they were: all of `rest` but for a chain of
-    /// several positions, which [`PackedRing::write_rest`] takes from there.
-    ///
-    /// Such used descriptors are adjacent, 16 bytes apart, and go out as
-    /// runs of values up to the ring's end, without an offset and a
-    /// position step each, and without a pass over the batch to learn that
-    /// they all are.
-    /// The caller checked that `rest` fits what is in flight if they are.
-    fn write_rest_adjacent<M: UserMemory>(
-        &self,
-        mem: &M,
-        from: Position,
-        rest: &[UsedElem],
-    ) -> Result<(Position, usize), Stop> {
-        let mut vals = Staged::<u64, USED_STORES>::new();
-        let mut at = from;
-        let mut done = 0;
-        while done < rest.len() {
-            // INVARIANT of `Position`: `at.index < num`, so a run has room.
-            let to_end = usize::from(self.num - at.index);
-            let run = &rest[done..rest.len().min(done + USED_STORES.min(to_end))];
-            let flags = LapFlags::of(at.wrap);
-            let staged = vals.fill_while(run, |elem| elem.positions == 1, |elem| flags.entry(elem));
-            mem.write_8_spaced(self.desc_addr(at.index) + DESC_LEN_OFFSET, DESC_SIZE, staged)?;
-            // `staged.len() <= USED_STORES`, well inside a u16.
-            at = at.advance(staged.len() as u16, self.num);
-            done += staged.len();
-            if staged.len() < run.len() {
-                break;
-            }
-        }
-        Ok((at, done))
-    }
-
-    /// Logs the descriptors from `from` up to (not including) `to`, a span
-    /// of at most one lap.
-    fn log_span<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, from: Position, to: Position) {
-        if self.desc_log.is_none() {
-            return;
-        }
-        let start = DESC_SIZE * u64::from(from.index);
-        if to.index > from.index {
-            Self::log(mem, log, self.desc_log, start, DESC_SIZE * u64::from(to.index - from.index));
-        } else {
-            Self::log(mem, log, self.desc_log, start, DESC_SIZE * u64::from(self.num - from.index));
-            Self::log(mem, log, self.desc_log, 0, DESC_SIZE * u64::from(to.index));
-        }
     }
 
     /// Whether the guest wants an interrupt for what was used since the
@@ -639,7 +532,11 @@ impl PackedRing {
     /// available. Returns true if a chain is available there already (the
     /// caller must then go on, and charge the retry to its weight). Chains
     /// seen and put back do not count, as in the split ring.
-    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, Stop> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+    ) -> Result<bool, Stop> {
         let unseen = self.next_avail.advance(self.seen_ahead, self.num);
         if self.features.event_idx() {
             mem.write_u16(self.device + EVENT_OFF_WRAP_OFFSET, unseen.encode())?;
@@ -668,7 +565,11 @@ impl PackedRing {
     /// the RX worker per packet. So `DISABLE` is written, once: the flags
     /// written are remembered (QEMU's packed rings write it on every
     /// disable).
-    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), Stop> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+    ) -> Result<(), Stop> {
         if self.features.event_idx() && self.device_flags == Some(EVENT_FLAG_DESC) {
             return Ok(());
         }
@@ -680,7 +581,12 @@ impl PackedRing {
     /// the callers, which nearly always find the flags written already
     /// (rather than a call per enable and disable).
     #[inline(always)]
-    fn set_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), Stop> {
+    fn set_device_flags<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+        flags: u16,
+    ) -> Result<(), Stop> {
         if self.device_flags == Some(flags) {
             return Ok(());
         }
@@ -688,7 +594,12 @@ impl PackedRing {
     }
 
     #[inline(never)]
-    fn write_device_flags<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L, flags: u16) -> Result<(), Stop> {
+    fn write_device_flags<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+        flags: u16,
+    ) -> Result<(), Stop> {
         // Unknown until the write is done, should it fault.
         self.device_flags = None;
         mem.write_u16(self.device + EVENT_FLAGS_OFFSET, flags)?;

@@ -11,7 +11,7 @@
 use crate::vring::dirty_log::WriteLog;
 use crate::vring::mem_table::Translate;
 use crate::vring::packed::PackedRing;
-use crate::vring::{Stop, Chain, UserMemory, Iov, Features, UsedElem, SplitRing};
+use crate::vring::{Chain, Features, Iov, SplitRing, Stop, UsedElem, UserMemory};
 
 /// A running ring of either format.
 #[derive(Clone, Copy, Debug)]
@@ -33,7 +33,10 @@ impl Ring {
     /// Where the ring stands.
     pub(crate) fn base(&self) -> RingBase {
         match self {
-            Ring::Split(ring) => RingBase::Split { avail: ring.last_avail_idx(), used: ring.last_used_idx() },
+            Ring::Split(ring) => RingBase::Split {
+                avail: ring.last_avail_idx(),
+                used: ring.last_used_idx(),
+            },
             Ring::Packed(ring) => RingBase::Packed(ring.base()),
         }
     }
@@ -108,7 +111,11 @@ impl Ring {
 
     /// Asks the guest to kick again; true if buffers it had not seen arrived
     /// meanwhile (see [`SplitRing::enable_notify`]).
-    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, Stop> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+    ) -> Result<bool, Stop> {
         match self {
             Ring::Split(ring) => ring.enable_notify(mem, log),
             Ring::Packed(ring) => ring.enable_notify(mem, log),
@@ -116,7 +123,11 @@ impl Ring {
     }
 
     /// Asks the guest not to kick while the device polls the ring.
-    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), Stop> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+    ) -> Result<(), Stop> {
         match self {
             Ring::Split(ring) => ring.disable_notify(mem, log),
             Ring::Packed(ring) => ring.disable_notify(mem, log),

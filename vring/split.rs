@@ -137,7 +137,11 @@ impl SplitRing {
         features: Features,
     ) -> Option<Self> {
         let num = layout.num;
-        if num == 0 || num > MAX_NUM || !num.is_power_of_two() || !layout.parts_fit(Self::sizes(num, true)) {
+        if num == 0
+            || num > MAX_NUM
+            || !num.is_power_of_two()
+            || !layout.parts_fit(Self::sizes(num, true))
+        {
             return None;
         }
         let mask = (num - 1) as u16;
@@ -162,8 +166,16 @@ impl SplitRing {
     /// `log_used`). As in C, a log that cannot be written does not stop
     /// the ring: the bitmap's room was checked when it was set, so only the
     /// owner unmapping it makes this fail, and the owner then reads no log.
-    fn log_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, offset: u64, len: u64) -> Result<(), Stop> {
-        let Some(used_gpa) = self.used_log else { return Ok(()) };
+    fn log_used<M: UserMemory, L: WriteLog>(
+        &self,
+        mem: &M,
+        log: &L,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), Stop> {
+        let Some(used_gpa) = self.used_log else {
+            return Ok(());
+        };
         mem.wmb();
         if let Some(gpa) = used_gpa.checked_add(offset) {
             let _unwritable: Result<(), LogError> = log.mark(gpa, len);
@@ -321,7 +333,11 @@ impl SplitRing {
             let mut heads = [0u16; HEAD_AHEAD];
             heads[0] = head;
             // INVARIANT: `1 <= HEAD_AHEAD`.
-            self.ahead = AvailHeads { heads, at: self.last_avail_idx, len: 1 };
+            self.ahead = AvailHeads {
+                heads,
+                at: self.last_avail_idx,
+                len: 1,
+            };
             return Ok(head);
         }
         let mut bytes = [0u8; 2 * HEAD_AHEAD];
@@ -332,7 +348,11 @@ impl SplitRing {
             *head = u16::from_le_bytes([bytes[2 * k], bytes[2 * k + 1]]);
         }
         // INVARIANT: `count <= HEAD_AHEAD`.
-        self.ahead = AvailHeads { heads, at: self.last_avail_idx, len: count as u16 };
+        self.ahead = AvailHeads {
+            heads,
+            at: self.last_avail_idx,
+            len: count as u16,
+        };
         Ok(heads[0])
     }
 
@@ -429,7 +449,9 @@ impl SplitRing {
         self.last_used_idx = idx;
         // If the guest's used_event fell inside the skipped range, the
         // event-idx check below must see it; an index wrap invalidates it.
-        if self.signalled_used_valid && idx.wrapping_sub(self.signalled_used) < idx.wrapping_sub(old) {
+        if self.signalled_used_valid
+            && idx.wrapping_sub(self.signalled_used) < idx.wrapping_sub(old)
+        {
             self.signalled_used_valid = false;
         }
         Ok(())
@@ -437,7 +459,12 @@ impl SplitRing {
 
     /// Writes one used element per chain in `heads` from `last_used_idx`
     /// on; returns the used index that publishes them.
-    fn write_used<M: UserMemory, L: WriteLog>(&self, mem: &M, log: &L, heads: &[UsedElem]) -> Result<u16, Stop> {
+    fn write_used<M: UserMemory, L: WriteLog>(
+        &self,
+        mem: &M,
+        log: &L,
+        heads: &[UsedElem],
+    ) -> Result<u16, Stop> {
         // Elements adjacent in the ring go out in one copy, up to
         // USED_CHUNK at a time: one user access per batch instead of one
         // per packet, as C's __vhost_add_used_n does.
@@ -451,7 +478,12 @@ impl SplitRing {
             // out-of-line call per element).
             let elems = staged.fill(rest[..n].iter().map(UsedElem::split_bytes));
             mem.write(self.used_elem_addr(idx), elems.as_flattened())?;
-            self.log_used(mem, log, self.used_elem_addr(idx) - self.used, n as u64 * USED_ELEM_SIZE)?;
+            self.log_used(
+                mem,
+                log,
+                self.used_elem_addr(idx) - self.used,
+                n as u64 * USED_ELEM_SIZE,
+            )?;
             idx = idx.wrapping_add(n as u16);
             rest = &rest[n..];
         }
@@ -522,7 +554,11 @@ impl SplitRing {
     /// device waits for the guest to add buffers, rather than spin on the
     /// ones that were not enough. The index read is checked and cached
     /// like any other.
-    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<bool, Stop> {
+    pub(crate) fn enable_notify<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+    ) -> Result<bool, Stop> {
         if self.features.event_idx() {
             mem.write_u16(self.avail_event_addr(), self.avail_idx)?;
             self.log_used(mem, log, self.avail_event_addr() - self.used, 2)?;
@@ -539,7 +575,11 @@ impl SplitRing {
     }
 
     /// Asks the guest not to kick while the device is polling the ring.
-    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(&mut self, mem: &M, log: &L) -> Result<(), Stop> {
+    pub(crate) fn disable_notify<M: UserMemory, L: WriteLog>(
+        &mut self,
+        mem: &M,
+        log: &L,
+    ) -> Result<(), Stop> {
         if !self.features.event_idx() {
             mem.write_u16(self.used_flags_addr(), USED_F_NO_NOTIFY)?;
             self.log_used(mem, log, 0, 2)?;

@@ -37,7 +37,12 @@ impl<T: Copy, const N: usize> Staged<T, N> {
     /// `sources` they stand for is as long. One loop over the two arrays
     /// side by side, where `take_while` on `fill`'s iterator kept a count
     /// of its own.
-    pub(crate) fn fill_while<S>(&mut self, sources: &[S], take: impl Fn(&S) -> bool, make: impl Fn(&S) -> T) -> &[T] {
+    pub(crate) fn fill_while<S>(
+        &mut self,
+        sources: &[S],
+        take: impl Fn(&S) -> bool,
+        make: impl Fn(&S) -> T,
+    ) -> &[T] {
         let mut len = 0;
         for (slot, source) in self.0.iter_mut().zip(sources) {
             if !take(source) {

@@ -40,7 +40,10 @@ pub(crate) trait UserMemory {
             if offset.checked_add(8).is_none_or(|end| end > area_len) {
                 return Err(VringError::Fault.into());
             }
-            self.write_8(area.checked_add(offset).ok_or(VringError::Fault)?, store.bytes)?;
+            self.write_8(
+                area.checked_add(offset).ok_or(VringError::Fault)?,
+                store.bytes,
+            )?;
         }
         Ok(())
     }
@@ -99,7 +102,10 @@ pub(crate) struct Store8 {
 
 /// [`UserMemory::read_16_acquire`] in two reads: the flags on their own,
 /// a read barrier, then all 16 bytes, the flags kept from the first read.
-pub(crate) fn read_16_flags_first<M: UserMemory + ?Sized>(mem: &M, addr: u64) -> Result<[u8; 16], Stop> {
+pub(crate) fn read_16_flags_first<M: UserMemory + ?Sized>(
+    mem: &M,
+    addr: u64,
+) -> Result<[u8; 16], Stop> {
     let flags = mem.read_u16(addr.checked_add(14).ok_or(VringError::Fault)?)?;
     mem.rmb();
     let mut bytes = mem.read_16(addr)?;

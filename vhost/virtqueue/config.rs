@@ -5,28 +5,33 @@
 //! they touch one queue, as methods of [`VqState`], the state under the
 //! queue's lock.
 
-use crate::vring::Features;
-use crate::vhost::uapi::{VringAddr, VHOST_VRING_F_LOG_MASK};
 use crate::tap_glue::compat::errno;
-use crate::vhost::device_iotlb::{MessageError, PostMiss, QueueIotlb};
-use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
 use crate::tap_glue::eventfd::EventFd;
 use crate::tap_glue::file_poll::{FilePoll, PollableFile, POLLIN};
+use crate::tap_glue::uaccess::{user_limit, OwnerMem};
+use crate::tap_glue::worker::Waker;
+use crate::vhost::device_iotlb::{MessageError, PostMiss, QueueIotlb};
+use crate::vhost::uapi::{VringAddr, VHOST_VRING_F_LOG_MASK};
+use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
 use crate::vring::iotlb::{self};
-use crate::vring::mem_table::{self};
+
 use crate::vring::packed::{self, PackedRing};
 use crate::vring::ring::{Ring, RingBase};
-use crate::tap_glue::uaccess::{user_limit, OwnerMem};
-use crate::vring::{self, UserMemory, Iov, RingLayout, UsedElem, SplitRing, VringError, MAX_SEGMENTS};
-use crate::tap_glue::worker::Waker;
+use crate::vring::Features;
+use crate::vring::{self, Iov, SplitRing, UsedElem, UserMemory, MAX_SEGMENTS};
 
-use kernel::{fs::File, prelude::*, seq_file::SeqFile, seq_print, sync::Arc};
 use super::*;
-use core::fmt::Debug;
 use crate::vring::mem_table::Translate;
+use core::fmt::Debug;
+use kernel::{fs::File, prelude::*, seq_file::SeqFile, seq_print, sync::Arc};
 
 impl<B: Backend> VqState<B> {
-    pub(super) fn new(index: u32, waker: Arc<Waker>, nheads: usize, channel: Arc<dyn PostMiss>) -> Result<Self> {
+    pub(super) fn new(
+        index: u32,
+        waker: Arc<Waker>,
+        nheads: usize,
+        channel: Arc<dyn PostMiss>,
+    ) -> Result<Self> {
         let iov = KVec::from_elem(Iov::default(), MAX_SEGMENTS, GFP_KERNEL)?;
         let heads = KVec::from_elem(UsedElem::default(), nheads, GFP_KERNEL)?;
         Ok(Self {
@@ -109,7 +114,11 @@ impl<B: Backend> VqState<B> {
             return true;
         }
         let event_idx = self.features.event_idx();
-        let size = if self.packed() { PackedRing::sizes(self.num).2 } else { SplitRing::sizes(self.num, event_idx).2 };
+        let size = if self.packed() {
+            PackedRing::sizes(self.num).2
+        } else {
+            SplitRing::sizes(self.num, event_idx).2
+        };
         match used_log {
             Some(gpa) => log.covers(gpa, size, user_limit()),
             None => true,
@@ -117,7 +126,7 @@ impl<B: Backend> VqState<B> {
     }
 
     /// Whether the acked features make this a packed ring.
-    fn packed(&self) -> bool {
+    pub(super) fn packed(&self) -> bool {
         self.features.packed()
     }
 
@@ -147,14 +156,18 @@ impl<B: Backend> VqState<B> {
     /// log has room for every region with `VHOST_F_LOG_ALL`, and for the
     /// used ring with `VHOST_VRING_F_LOG`.
     fn log_covers(&self, log: DirtyLog) -> bool {
-        let Some(mem) = self.mem.as_deref() else { return false };
+        let Some(mem) = self.mem.as_deref() else {
+            return false;
+        };
         let table = !self.features.log_all() || log.covers_table(mem, user_limit());
         table && self.log_covers_used(log, self.used_log)
     }
 
     /// Whether the attached backend is `file`.
     pub(crate) fn backend_is(&self, file: &File) -> bool {
-        self.backend.as_ref().is_some_and(|backend| backend.is_file(file))
+        self.backend
+            .as_ref()
+            .is_some_and(|backend| backend.is_file(file))
     }
 
     /// `vhost_vq_init_access`: the ring must lie in the user address space
@@ -171,7 +184,11 @@ impl<B: Backend> VqState<B> {
         struct InitAccess<'r, B: Backend>(&'r VqState<B>, &'r RingAddr, &'r OwnerMem);
         impl<B: Backend> OnRingMemory for InitAccess<'_, B> {
             type Output = Result<u16>;
-            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(
+                self,
+                mem: &M,
+                _: &T,
+            ) -> <Self as OnRingMemory>::Output {
                 self.0.init_access_in(mem, self.1, self.2)
             }
         }
@@ -179,20 +196,36 @@ impl<B: Backend> VqState<B> {
             return Err(EFAULT);
         }
         let table = self.mem.as_deref().map_or(&[][..], |table| &table[..]);
-        with_ring_memory(owner, table, self.iotlb.as_ref(), InitAccess(self, addr, owner))
+        with_ring_memory(
+            owner,
+            table,
+            self.iotlb.as_ref(),
+            InitAccess(self, addr, owner),
+        )
     }
 
     /// [`VqState::init_access`] through the ring memory `mem`.
-    fn init_access_in<M: UserMemory>(&self, mem: &M, addr: &RingAddr, owner: &OwnerMem) -> Result<u16> {
+    fn init_access_in<M: UserMemory>(
+        &self,
+        mem: &M,
+        addr: &RingAddr,
+        owner: &OwnerMem,
+    ) -> Result<u16> {
         // With the device IOTLB the driver's part is not probed (see above).
         let probe_driver = self.iotlb.is_none();
         let packed = self.packed();
         // The device's flags are reset; a field of the driver's part is
         // read to check it is reachable.
         let (device_flags, driver_probe) = if packed {
-            (PackedRing::device_flags_addr_of(addr.used), PackedRing::driver_flags_addr_of(addr.avail))
+            (
+                PackedRing::device_flags_addr_of(addr.used),
+                PackedRing::driver_flags_addr_of(addr.avail),
+            )
         } else {
-            (SplitRing::used_flags_addr_of(addr.used), SplitRing::avail_idx_addr_of(addr.avail))
+            (
+                SplitRing::used_flags_addr_of(addr.used),
+                SplitRing::avail_idx_addr_of(addr.avail),
+            )
         };
         mem.write_u16(device_flags, 0).map_err(|_| EFAULT)?;
         if let Some(used_log) = self.used_log_of(addr) {
@@ -210,14 +243,15 @@ impl<B: Backend> VqState<B> {
         if packed {
             return Ok(self.used_idx);
         }
-        mem.read_u16(SplitRing::used_idx_addr_of(addr.used)).map_err(|_| EFAULT)
+        mem.read_u16(SplitRing::used_idx_addr_of(addr.used))
+            .map_err(|_| EFAULT)
     }
 
     /// Where the used ring's writes are logged, if `VHOST_VRING_F_LOG` asks
     /// for it: at `log_guest_addr`, or with the device IOTLB at the used
     /// ring's own I/O virtual address, which the log translates (C ignores
     /// `log_guest_addr` then too).
-    fn used_log_of(&self, addr: &RingAddr) -> Option<u64> {
+    pub(super) fn used_log_of(&self, addr: &RingAddr) -> Option<u64> {
         match self.iotlb {
             None => self.used_log,
             Some(_) => self.used_log.map(|_| addr.used),
@@ -230,101 +264,6 @@ impl<B: Backend> VqState<B> {
         self.stop();
         self.kick = None;
         self.backend.take()
-    }
-
-    /// Starts the ring if everything it needs is there, in the format the
-    /// features ask for.
-    fn start(&mut self) {
-        if self.ring.is_some() || self.stopped || self.broken || self.backend.is_none() {
-            return;
-        }
-        let (Some(addr), Some(mem)) = (self.addr, self.mem.as_deref()) else { return };
-        let used_log = self.used_log_of(&addr);
-        let layout = RingLayout { num: self.num, desc: addr.desc, avail: addr.avail, used: addr.used, used_log };
-        let features = self.features;
-        let ring = if self.packed() && self.iotlb.is_some() {
-            // With the device IOTLB the descriptor ring is logged through
-            // its I/O virtual address, like the used ring of a split ring.
-            PackedRing::resume(layout, Some(addr.desc), self.base, features).map(Ring::Packed)
-        } else if self.packed() {
-            // A packed ring's used entries go into the descriptor ring, which
-            // userspace gave by owner address only: its guest address for
-            // the log comes from the memory table, and the log must have
-            // room for it.
-            let desc_size = PackedRing::sizes(self.num).0;
-            let desc_log = mem_table::guest_address(mem, addr.desc, desc_size);
-            if self.used_log.is_some() {
-                let Some(desc_gpa) = desc_log else {
-                    self.fail(&VringError::NotMapped);
-                    return;
-                };
-                if !self.log.covers(desc_gpa, desc_size, user_limit()) {
-                    self.fail(&VringError::BadLayout);
-                    return;
-                }
-            }
-            // A base or size set after the other, or misaligned parts.
-            PackedRing::resume(layout, desc_log, self.base, features).map(Ring::Packed)
-        } else {
-            // A size set for a packed ring before the format changed.
-            SplitRing::resume(layout, self.base as u16, self.used_idx, features).map(Ring::Split)
-        };
-        let Some(ring) = ring else {
-            self.fail(&VringError::BadLayout);
-            return;
-        };
-        self.ring = Some(ring);
-        self.waker.wake();
-    }
-
-    /// Stops the ring, keeping its position.
-    fn stop(&mut self) {
-        if let Some(ring) = self.ring.take() {
-            match ring.base() {
-                RingBase::Split { avail, used } => {
-                    self.base = u32::from(avail);
-                    self.used_idx = used;
-                }
-                RingBase::Packed(base) => self.base = base,
-            }
-        }
-    }
-
-    /// The running ring and what the data path needs with it, or `None`
-    /// if the queue is not running.
-    pub(crate) fn active<'a>(&'a mut self, owner: &'a OwnerMem) -> Option<ActiveRing<'a, B>> {
-        let (ring, mem, backend) = (self.ring.as_mut()?, self.mem.as_deref()?, self.backend.as_mut()?);
-        Some(ActiveRing {
-            owner,
-            ring,
-            mem,
-            backend,
-            scratch: &mut self.scratch,
-            iov: &mut self.iov,
-            heads: &mut self.heads,
-            stats: &mut self.stats,
-            config: self.config,
-            iotlb: self.iotlb.as_ref(),
-            waker: &self.waker,
-            call: self.call.as_ref(),
-            busyloop_timeout: self.busyloop_timeout,
-            log: RunLog::new(
-                owner,
-                self.log,
-                self.log_eventfd.as_deref(),
-                self.features,
-                self.iotlb.as_ref().map(|iotlb| (iotlb, &mem[..])),
-            ),
-        })
-    }
-
-    /// The log as a run of the data path would see it.
-    fn run_log<'a>(&'a self, owner: &'a OwnerMem) -> RunLog<'a> {
-        let iova = match (&self.iotlb, self.mem.as_deref()) {
-            (Some(iotlb), Some(mem)) => Some((iotlb, &mem[..])),
-            _ => None,
-        };
-        RunLog::new(owner, self.log, self.log_eventfd.as_deref(), self.features, iova)
     }
 
     /// Reports an error of the data path: error eventfd, counter, one debug
@@ -348,7 +287,6 @@ impl<B: Backend> VqState<B> {
         }
         pr_debug!("vq {}: {:?}\n", self.index, err);
     }
-
 }
 
 impl<B: Backend> QueueConfig for VqState<B> {
@@ -380,9 +318,15 @@ impl<B: Backend> QueueConfig for VqState<B> {
         {
             return Err(EINVAL);
         }
-        let new = RingAddr { desc: addr.desc_user_addr, avail: addr.avail_user_addr, used: addr.used_user_addr };
+        let new = RingAddr {
+            desc: addr.desc_user_addr,
+            avail: addr.avail_user_addr,
+            used: addr.used_user_addr,
+        };
         let used_log = (addr.flags & VHOST_VRING_F_LOG_MASK != 0).then_some(addr.log_guest_addr);
-        if self.backend.is_some() && (!self.addr_ok(&new) || !self.log_covers_used(self.log, used_log)) {
+        if self.backend.is_some()
+            && (!self.addr_ok(&new) || !self.log_covers_used(self.log, used_log))
+        {
             return Err(EINVAL);
         }
         self.stop();
@@ -404,7 +348,11 @@ impl<B: Backend> QueueConfig for VqState<B> {
         if self.backend.is_some() {
             return Err(EBUSY);
         }
-        let fits = if self.packed() { PackedRing::base_fits(base, self.num) } else { base <= u32::from(u16::MAX) };
+        let fits = if self.packed() {
+            PackedRing::base_fits(base, self.num)
+        } else {
+            base <= u32::from(u16::MAX)
+        };
         if !fits {
             return Err(EINVAL);
         }
@@ -521,7 +469,8 @@ impl<B: Backend> QueueConfig for VqState<B> {
     /// checked for the old ones. QEMU acks the features before it attaches
     /// a backend.
     fn can_set_features(&self, features: Features) -> bool {
-        self.backend.is_none() || !(self.format_changes(features) || self.address_space_changes(features))
+        self.backend.is_none()
+            || !(self.format_changes(features) || self.address_space_changes(features))
     }
 
     /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.
@@ -531,9 +480,17 @@ impl<B: Backend> QueueConfig for VqState<B> {
 
     /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table; refused
     /// without a table (the writer gets `EFAULT`, as in C).
-    fn iotlb_update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), MessageError> {
+    fn iotlb_update(
+        &mut self,
+        iova: u64,
+        size: u64,
+        uaddr: u64,
+        perm: u8,
+    ) -> Result<(), MessageError> {
         let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
-        iotlb.update(iova, size, uaddr, perm, user_limit()).map_err(MessageError::Update)
+        iotlb
+            .update(iova, size, uaddr, perm, user_limit())
+            .map_err(MessageError::Update)
     }
 
     /// `VHOST_IOTLB_INVALIDATE` on this queue's copy. Holding the queue's
@@ -564,7 +521,11 @@ impl<B: Backend> QueueConfig for VqState<B> {
     /// of an attached queue's table has room in its log (C's
     /// `vhost_log_access_ok`; a queue with no table refuses).
     fn can_log_all(&self) -> bool {
-        self.backend.is_none() || self.mem.as_deref().is_some_and(|mem| self.log.covers_table(mem, user_limit()))
+        self.backend.is_none()
+            || self
+                .mem
+                .as_deref()
+                .is_some_and(|mem| self.log.covers_table(mem, user_limit()))
     }
 
     /// Whether a new memory table can replace this queue's (C's

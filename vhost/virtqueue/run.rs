@@ -5,21 +5,27 @@
 //! that ends early does (a device IOTLB miss is posted, anything else fails
 //! the ring).
 
-use crate::vring::Features;
+use crate::tap_glue::eventfd::EventFd;
 use crate::vhost::device_iotlb::QueueIotlb;
 use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
-use crate::tap_glue::eventfd::EventFd;
+use crate::vring::Features;
 
+use super::*;
+use crate::tap_glue::uaccess::OwnerMem;
+use crate::tap_glue::worker::{should_stop_polling, Waker};
 use crate::vring::iotlb::{self, Miss, Translated};
 use crate::vring::mem_table::{self, Access, Region, Translate, TranslateError};
 use crate::vring::packed::PackedRing;
 use crate::vring::ring::Ring;
-use crate::tap_glue::uaccess::OwnerMem;
-use crate::vring::{Stop, UserMemory, Iov, UsedElem, SplitRing};
-use crate::tap_glue::worker::{should_stop_polling, Waker};
+use crate::vring::ring::RingBase;
+use crate::vring::RingLayout;
+use crate::vring::{Iov, SplitRing, Stop, UsedElem, UserMemory};
 use core::cell::Cell;
-use kernel::{prelude::*, time::{Instant, Monotonic}, sync::Arc};
-use super::*;
+use kernel::{
+    prelude::*,
+    sync::Arc,
+    time::{Instant, Monotonic},
+};
 
 /// Code that runs on a ring's memory, whichever it is: see
 /// [`with_ring_memory`].
@@ -112,7 +118,14 @@ impl<'a> RunLog<'a> {
         features: Features,
         iova: Option<(&'a QueueIotlb, &'a [Region])>,
     ) -> Self {
-        Self { owner, log, iova, eventfd, data: features.log_all(), marked: Cell::new(false) }
+        Self {
+            owner,
+            log,
+            iova,
+            eventfd,
+            data: features.log_all(),
+            marked: Cell::new(false),
+        }
     }
 
     /// Tells userspace that the log has new bits, once per batch of
@@ -176,7 +189,9 @@ impl<B: Backend> ActiveRing<'_, B> {
             if ready(self)? {
                 return Ok(true);
             }
-            if should_stop_polling() || start.elapsed().as_micros_ceil() >= i64::from(self.busyloop_timeout) {
+            if should_stop_polling()
+                || start.elapsed().as_micros_ceil() >= i64::from(self.busyloop_timeout)
+            {
                 return Ok(false);
             }
             core::hint::spin_loop();
@@ -192,11 +207,20 @@ impl<B: Backend> ActiveRing<'_, B> {
         struct EnableNotify<'r>(&'r mut Ring, &'r RunLog<'r>);
         impl OnRingMemory for EnableNotify<'_> {
             type Output = Result<bool, Stop>;
-            fn run<M: UserMemory, T: Translate + ?Sized>(self, mem: &M, _: &T) -> <Self as OnRingMemory>::Output {
+            fn run<M: UserMemory, T: Translate + ?Sized>(
+                self,
+                mem: &M,
+                _: &T,
+            ) -> <Self as OnRingMemory>::Output {
                 self.0.enable_notify(mem, self.1)
             }
         }
-        let _faulted_again = with_ring_memory(self.owner, self.mem, self.iotlb, EnableNotify(self.ring, &self.log));
+        let _faulted_again = with_ring_memory(
+            self.owner,
+            self.mem,
+            self.iotlb,
+            EnableNotify(self.ring, &self.log),
+        );
         self.log.flush();
     }
 
@@ -248,7 +272,9 @@ impl<B: Backend> VqState<B> {
         // Borrowed where `active()` built it: bound by value, the 160-byte
         // ring view was copied on every run.
         let mut active = self.active(owner);
-        let Some(active) = active.as_mut() else { return false };
+        let Some(active) = active.as_mut() else {
+            return false;
+        };
         match B::run(active) {
             Ok(more) => more,
             Err(err) => {
@@ -281,7 +307,11 @@ impl<B: Backend> VqState<B> {
     fn post_miss(&mut self) {
         let fault = self.iotlb.as_ref().and_then(|iotlb| iotlb.last_fault());
         if let Some(TranslateError::Miss { iova, access }) = fault {
-            let miss = Miss { iova, access, format: self.iotlb_format };
+            let miss = Miss {
+                iova,
+                access,
+                format: self.iotlb_format,
+            };
             if self.channel.post(self.index as usize, miss) {
                 self.stats.iotlb_misses += 1;
             }
@@ -294,10 +324,15 @@ impl<B: Backend> VqState<B> {
     /// publishing used entries for a miss. The descriptors of a packed
     /// ring are written too (used entries go there).
     fn check_ring_mapped(&self) -> Result<(), Stop> {
-        let (Some(iotlb), Some(addr), Some(ring)) = (&self.iotlb, self.addr, &self.ring) else { return Ok(()) };
+        let (Some(iotlb), Some(addr), Some(ring)) = (&self.iotlb, self.addr, &self.ring) else {
+            return Ok(());
+        };
         let event_idx = self.features.event_idx();
-        let (desc, driver, device) =
-            if ring.is_packed() { PackedRing::sizes(self.num) } else { SplitRing::sizes(self.num, event_idx) };
+        let (desc, driver, device) = if ring.is_packed() {
+            PackedRing::sizes(self.num)
+        } else {
+            SplitRing::sizes(self.num, event_idx)
+        };
         iotlb::check_range(iotlb, addr.desc, desc, Access::Read)?;
         if ring.is_packed() {
             iotlb::check_range(iotlb, addr.desc, desc, Access::Write)?;
@@ -305,5 +340,121 @@ impl<B: Backend> VqState<B> {
         iotlb::check_range(iotlb, addr.avail, driver, Access::Read)?;
         iotlb::check_range(iotlb, addr.used, device, Access::Write)?;
         Ok(())
+    }
+}
+
+/// Starting and stopping the ring, and lending it to a run.
+impl<B: Backend> VqState<B> {
+    /// Starts the ring if everything it needs is there, in the format the
+    /// features ask for.
+    pub(super) fn start(&mut self) {
+        if self.ring.is_some() || self.stopped || self.broken || self.backend.is_none() {
+            return;
+        }
+        let (Some(addr), Some(mem)) = (self.addr, self.mem.as_deref()) else {
+            return;
+        };
+        let used_log = self.used_log_of(&addr);
+        let layout = RingLayout {
+            num: self.num,
+            desc: addr.desc,
+            avail: addr.avail,
+            used: addr.used,
+            used_log,
+        };
+        let features = self.features;
+        let ring = if self.packed() && self.iotlb.is_some() {
+            // With the device IOTLB the descriptor ring is logged through
+            // its I/O virtual address, like the used ring of a split ring.
+            PackedRing::resume(layout, Some(addr.desc), self.base, features).map(Ring::Packed)
+        } else if self.packed() {
+            // A packed ring's used entries go into the descriptor ring, which
+            // userspace gave by owner address only: its guest address for
+            // the log comes from the memory table, and the log must have
+            // room for it.
+            let desc_size = PackedRing::sizes(self.num).0;
+            let desc_log = mem_table::guest_address(mem, addr.desc, desc_size);
+            if self.used_log.is_some() {
+                let Some(desc_gpa) = desc_log else {
+                    self.fail(&VringError::NotMapped);
+                    return;
+                };
+                if !self.log.covers(desc_gpa, desc_size, user_limit()) {
+                    self.fail(&VringError::BadLayout);
+                    return;
+                }
+            }
+            // A base or size set after the other, or misaligned parts.
+            PackedRing::resume(layout, desc_log, self.base, features).map(Ring::Packed)
+        } else {
+            // A size set for a packed ring before the format changed.
+            SplitRing::resume(layout, self.base as u16, self.used_idx, features).map(Ring::Split)
+        };
+        let Some(ring) = ring else {
+            self.fail(&VringError::BadLayout);
+            return;
+        };
+        self.ring = Some(ring);
+        self.waker.wake();
+    }
+
+    /// Stops the ring, keeping its position.
+    pub(super) fn stop(&mut self) {
+        if let Some(ring) = self.ring.take() {
+            match ring.base() {
+                RingBase::Split { avail, used } => {
+                    self.base = u32::from(avail);
+                    self.used_idx = used;
+                }
+                RingBase::Packed(base) => self.base = base,
+            }
+        }
+    }
+
+    /// The running ring and what the data path needs with it, or `None`
+    /// if the queue is not running.
+    pub(crate) fn active<'a>(&'a mut self, owner: &'a OwnerMem) -> Option<ActiveRing<'a, B>> {
+        let (ring, mem, backend) = (
+            self.ring.as_mut()?,
+            self.mem.as_deref()?,
+            self.backend.as_mut()?,
+        );
+        Some(ActiveRing {
+            owner,
+            ring,
+            mem,
+            backend,
+            scratch: &mut self.scratch,
+            iov: &mut self.iov,
+            heads: &mut self.heads,
+            stats: &mut self.stats,
+            config: self.config,
+            iotlb: self.iotlb.as_ref(),
+            waker: &self.waker,
+            call: self.call.as_ref(),
+            busyloop_timeout: self.busyloop_timeout,
+            log: RunLog::new(
+                owner,
+                self.log,
+                self.log_eventfd.as_deref(),
+                self.features,
+                self.iotlb.as_ref().map(|iotlb| (iotlb, &mem[..])),
+            ),
+        })
+    }
+
+    /// The log as a run of the data path would see it.
+    pub(super) fn run_log<'a>(&'a self, owner: &'a OwnerMem) -> RunLog<'a> {
+        let iova = match (&self.iotlb, self.mem.as_deref()) {
+            (Some(iotlb), Some(mem)) => Some((iotlb, &mem[..])),
+            _ => None,
+        };
+        RunLog::new(
+            owner,
+            self.log,
+            self.log_eventfd.as_deref(),
+            self.features,
+            iova,
+        )
     }
 }

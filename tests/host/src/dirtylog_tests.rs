@@ -14,12 +14,17 @@ struct Bitmap {
 
 impl Bitmap {
     fn new(base: u64, len: usize) -> Self {
-        Bitmap { base, bytes: RefCell::new(vec![0; len]) }
+        Bitmap {
+            base,
+            bytes: RefCell::new(vec![0; len]),
+        }
     }
     /// The pages whose bits are set, in order.
     fn pages(&self) -> Vec<u64> {
         let bytes = self.bytes.borrow();
-        (0..bytes.len() as u64 * 8).filter(|p| bytes[(p / 8) as usize] & (1 << (p % 8)) != 0).collect()
+        (0..bytes.len() as u64 * 8)
+            .filter(|p| bytes[(p / 8) as usize] & (1 << (p % 8)) != 0)
+            .collect()
     }
 }
 
@@ -55,7 +60,9 @@ fn marks_every_page_a_range_touches() {
 #[test]
 fn empty_range_marks_nothing() {
     let bitmap = Bitmap::new(0x1000, 8);
-    DirtyLog::new(0x1000).mark(&bitmap, 5 * LOG_PAGE_SIZE, 0).unwrap();
+    DirtyLog::new(0x1000)
+        .mark(&bitmap, 5 * LOG_PAGE_SIZE, 0)
+        .unwrap();
     assert!(bitmap.pages().is_empty());
 }
 
@@ -63,18 +70,29 @@ fn empty_range_marks_nothing() {
 fn bits_keep_what_was_set_before() {
     let bitmap = Bitmap::new(0, 1);
     bitmap.bytes.borrow_mut()[0] = 0b1000_0001; // the owner's own bits
-    DirtyLog::new(0).mark(&bitmap, 2 * LOG_PAGE_SIZE, 1).unwrap();
+    DirtyLog::new(0)
+        .mark(&bitmap, 2 * LOG_PAGE_SIZE, 1)
+        .unwrap();
     assert_eq!(bitmap.bytes.borrow()[0], 0b1000_0101);
 }
 
 #[test]
 fn overflowing_ranges_and_bases_fault() {
     let bitmap = Bitmap::new(0, 8);
-    assert_eq!(DirtyLog::new(0).mark(&bitmap, u64::MAX, 2), Err(LogError::Fault));
+    assert_eq!(
+        DirtyLog::new(0).mark(&bitmap, u64::MAX, 2),
+        Err(LogError::Fault)
+    );
     let high = DirtyLog::new(u64::MAX - 1);
-    assert_eq!(high.mark(&bitmap, u64::MAX - LOG_PAGE_SIZE + 1, 1), Err(LogError::Fault));
+    assert_eq!(
+        high.mark(&bitmap, u64::MAX - LOG_PAGE_SIZE + 1, 1),
+        Err(LogError::Fault)
+    );
     // A bit outside the bitmap's memory is the bitmap's fault to report.
-    assert_eq!(DirtyLog::new(0).mark(&bitmap, 64 * LOG_PAGE_SIZE, 1), Err(LogError::Fault));
+    assert_eq!(
+        DirtyLog::new(0).mark(&bitmap, 64 * LOG_PAGE_SIZE, 1),
+        Err(LogError::Fault)
+    );
 }
 
 #[test]

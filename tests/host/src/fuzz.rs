@@ -16,13 +16,13 @@
 //! Every accepted chain must stay inside guest memory and the iov array.
 //! Driven by `fuzz/fuzz_targets/vring.rs` (cargo fuzz).
 use crate::testmem::RingFeatures;
-use arbitrary::Arbitrary;
 use crate::vring::iotlb::{Iotlb, Mapping, ACCESS_RO, ACCESS_WO};
 use crate::vring::mem_table::{validate, Region};
+use arbitrary::Arbitrary;
 
+use crate::testmem::{NoLog, TestMem};
 use crate::vring::packed::{PackedRing, DESC_F_AVAIL, DESC_F_USED, FRESH_BASE};
 use crate::vring::ring::Ring;
-use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
 
 #[derive(Arbitrary, Debug)]
@@ -64,7 +64,11 @@ const BASE: u64 = 0x1000_0000;
 const MEM: usize = 1 << 20;
 
 fn put_desc(mem: &TestMem, at: u64, d: &D, packed: bool) {
-    let addr = if d.wild { u64::from(d.addr) << 20 } else { u64::from(d.addr) % 0xc0000 };
+    let addr = if d.wild {
+        u64::from(d.addr) << 20
+    } else {
+        u64::from(d.addr) % 0xc0000
+    };
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&addr.to_le_bytes());
     b[8..12].copy_from_slice(&u32::from(d.len).to_le_bytes());
@@ -99,8 +103,16 @@ pub fn run(inp: Input) {
     let through_iotlb = inp.feats & 32 != 0;
     let mut tlb = Iotlb::new(vec![Mapping::default(); 256]);
     if through_iotlb {
-        for (page, gpa) in (0..0x40000u64).chain(0x80000..0xc0000).step_by(0x1000).enumerate() {
-            let perm = if page % 5 == 0 { ACCESS_RO } else { ACCESS_RO | ACCESS_WO };
+        for (page, gpa) in (0..0x40000u64)
+            .chain(0x80000..0xc0000)
+            .step_by(0x1000)
+            .enumerate()
+        {
+            let perm = if page % 5 == 0 {
+                ACCESS_RO
+            } else {
+                ACCESS_RO | ACCESS_WO
+            };
             if page % 13 != 7 {
                 tlb.update(gpa, 0x1000, BASE + gpa, perm, 1 << 47).unwrap();
             }
@@ -108,7 +120,11 @@ pub fn run(inp: Input) {
     }
     // A packed ring may have any size: the top bit of num_shift picks one
     // that is not a power of two.
-    let num = if packed && inp.num_shift >= 128 { 1 + u32::from(inp.num_shift) % 100 } else { 1u32 << (inp.num_shift % 8) };
+    let num = if packed && inp.num_shift >= 128 {
+        1 + u32::from(inp.num_shift) % 100
+    } else {
+        1u32 << (inp.num_shift % 8)
+    };
     let feats = RingFeatures {
         event_idx: inp.feats & 1 != 0,
         indirect: inp.feats & 2 != 0,
@@ -126,7 +142,13 @@ pub fn run(inp: Input) {
         mem.put_u16(avail + 4 + 2 * i as u64, u16::from(*h));
     }
     mem.put_u16(avail + 2, inp.base);
-    let layout = RingLayout { num, desc, avail, used, used_log: None };
+    let layout = RingLayout {
+        num,
+        desc,
+        avail,
+        used,
+        used_log: None,
+    };
     if inp.feats & 64 != 0 {
         run_at_the_top(&inp, layout, packed, feats, &regions);
         return;
@@ -137,8 +159,14 @@ pub fn run(inp: Input) {
         // the avail one.
         let pos = |bits: u16| u32::from(bits & 0x8000) | u32::from(bits & 0x7fff) % num;
         let base = pos(inp.base) | pos(inp.base.rotate_left(5)) << 16;
-        let ring = PackedRing::resume(layout, None, base, feats.into())
-            .or_else(|| PackedRing::resume(layout, None, pos(inp.base) << 16 | pos(inp.base), feats.into()));
+        let ring = PackedRing::resume(layout, None, base, feats.into()).or_else(|| {
+            PackedRing::resume(
+                layout,
+                None,
+                pos(inp.base) << 16 | pos(inp.base),
+                feats.into(),
+            )
+        });
         Ring::Packed(ring.unwrap())
     } else {
         Ring::Split(SplitRing::resume(layout, inp.base, inp.base, feats.into()).unwrap())
@@ -164,19 +192,35 @@ pub fn run(inp: Input) {
                         let total: u64 = iov[..c.readable + c.writable].iter().map(|s| s.len).sum();
                         assert_eq!(total, c.readable_len + c.writable_len);
                         for s in &iov[..c.readable + c.writable] {
-                            assert!(regions.iter().any(|g| s.addr >= g.uaddr() && s.addr + s.len <= g.uaddr() + g.size()));
+                            assert!(regions
+                                .iter()
+                                .any(|g| s.addr >= g.uaddr()
+                                    && s.addr + s.len <= g.uaddr() + g.size()));
                         }
                         // Through the IOTLB, each segment lies in one
                         // mapping that allows its access.
-                        for (i, s) in iov[..c.readable + c.writable].iter().enumerate().filter(|_| through_iotlb) {
+                        for (i, s) in iov[..c.readable + c.writable]
+                            .iter()
+                            .enumerate()
+                            .filter(|_| through_iotlb)
+                        {
                             let m = tlb.find(s.gpa).expect("a segment outside the IOTLB");
-                            assert!(s.gpa + s.len - 1 <= m.last() && s.addr == m.uaddr() + (s.gpa - m.start()));
+                            assert!(
+                                s.gpa + s.len - 1 <= m.last()
+                                    && s.addr == m.uaddr() + (s.gpa - m.start())
+                            );
                             let want = if i < c.readable { ACCESS_RO } else { ACCESS_WO };
-                            assert!(m.perm() & want != 0, "segment {i} in a mapping without its access");
+                            assert!(
+                                m.perm() & want != 0,
+                                "segment {i} in a mapping without its access"
+                            );
                         }
                         outstanding.push(UsedElem::of(&c, 0));
                         if packed {
-                            assert!(positions(&outstanding) <= num, "more in flight than the ring holds");
+                            assert!(
+                                positions(&outstanding) <= num,
+                                "more in flight than the ring holds"
+                            );
                         }
                     }
                 }
@@ -220,13 +264,24 @@ fn notify_op(ring: &mut Ring, mem: &TestMem, op: &Op) {
 
 /// Bit 6 of `feats`: the layout's parts moved to end near 2^64, aligned as
 /// their format needs; see the module's doc.
-fn run_at_the_top(inp: &Input, layout: RingLayout, packed: bool, feats: RingFeatures, regions: &[Region]) {
+fn run_at_the_top(
+    inp: &Input,
+    layout: RingLayout,
+    packed: bool,
+    feats: RingFeatures,
+    regions: &[Region],
+) {
     let mem = TestMem::new(BASE, MEM);
-    let (desc_size, avail_size, used_size) =
-        if packed { PackedRing::sizes(layout.num) } else { SplitRing::sizes(layout.num, true) };
+    let (desc_size, avail_size, used_size) = if packed {
+        PackedRing::sizes(layout.num)
+    } else {
+        SplitRing::sizes(layout.num, true)
+    };
     // From 32 bytes past the end to 32 bytes before it.
     let slack = u64::from(inp.base % 65);
-    let top = |size: u64, align: u64| 0u64.wrapping_sub(size).wrapping_add(32).wrapping_sub(slack) & !(align - 1);
+    let top = |size: u64, align: u64| {
+        0u64.wrapping_sub(size).wrapping_add(32).wrapping_sub(slack) & !(align - 1)
+    };
     let layout = RingLayout {
         desc: top(desc_size, 16),
         avail: top(avail_size, if packed { 4 } else { 2 }),

@@ -4,22 +4,40 @@
 //! (`iotlb_model.rs`), whose rules are the C driver's. The writes go through
 //! the message parser first, as userspace's would. Driven by
 //! `fuzz/fuzz_targets/iotlb.rs` (cargo fuzz).
+use crate::vring::iotlb::message::MSG_MISS;
 use arbitrary::Arbitrary;
 
+use crate::iotlb_model::*;
 use crate::vring::iotlb::*;
 use crate::vring::mem_table::Access;
-use crate::iotlb_model::*;
 
 #[derive(Arbitrary, Debug)]
 pub enum IotlbOp {
     /// A `write()` of these bytes (a message, well formed or not).
     Write(Vec<u8>),
     /// An update near the interesting addresses.
-    Update { iova: u16, size: u16, uaddr: u16, perm: u8, high: u8 },
-    Invalidate { iova: u16, size: u64, high: u8 },
+    Update {
+        iova: u16,
+        size: u16,
+        uaddr: u16,
+        perm: u8,
+        high: u8,
+    },
+    Invalidate {
+        iova: u16,
+        size: u64,
+        high: u8,
+    },
     /// A range to translate, for reads and writes, after every later step.
-    Translate { iova: u16, len: u16, high: u8 },
-    Post { queue: u8, iova: u16 },
+    Translate {
+        iova: u16,
+        len: u16,
+        high: u8,
+    },
+    Post {
+        queue: u8,
+        iova: u16,
+    },
     Read,
     Clear,
 }
@@ -62,14 +80,23 @@ pub fn run(input: IotlbInput) {
                             }
                         }
                         MSG_INVALIDATE if m.size != 0 => {
-                            assert_eq!(table.invalidate(m.iova, m.size), model.invalidate(m.iova, m.size));
+                            assert_eq!(
+                                table.invalidate(m.iova, m.size),
+                                model.invalidate(m.iova, m.size)
+                            );
                         }
                         _ => {}
                     }
                     probes.push((m.iova, m.size.min(1 << 20)));
                 }
             }
-            IotlbOp::Update { iova, size, uaddr, perm, high } => {
+            IotlbOp::Update {
+                iova,
+                size,
+                uaddr,
+                perm,
+                high,
+            } => {
                 let (iova, uaddr) = (place(iova, high), place(uaddr, high >> 2));
                 let size = u64::from(size) << (high >> 4);
                 let ours = table.update(iova, size, uaddr, perm, USER_LIMIT);
@@ -86,11 +113,21 @@ pub fn run(input: IotlbInput) {
                 probes.push((place(iova, high), u64::from(len) << (high >> 4)));
             }
             IotlbOp::Post { queue, iova } => {
-                misses.post(usize::from(queue % 3), Miss { iova: u64::from(iova), access: Access::Read, format: FORMAT_V2 });
+                misses.post(
+                    usize::from(queue % 3),
+                    Miss {
+                        iova: u64::from(iova),
+                        access: Access::Read,
+                        format: FORMAT_V2,
+                    },
+                );
             }
             IotlbOp::Read => {
                 if let Some((_, miss)) = misses.read() {
-                    assert_eq!(encode_miss(miss.format, miss.iova, miss.access)[33], MSG_MISS);
+                    assert_eq!(
+                        encode_miss(miss.format, miss.iova, miss.access)[33],
+                        MSG_MISS
+                    );
                 }
             }
             IotlbOp::Clear => {

@@ -24,10 +24,19 @@ pub(crate) struct Model {
 
 impl Model {
     pub(crate) fn new(limit: usize) -> Self {
-        Model { maps: Vec::new(), limit }
+        Model {
+            maps: Vec::new(),
+            limit,
+        }
     }
 
-    pub(crate) fn update(&mut self, iova: u64, size: u64, uaddr: u64, perm: u8) -> Result<(), UpdateError> {
+    pub(crate) fn update(
+        &mut self,
+        iova: u64,
+        size: u64,
+        uaddr: u64,
+        perm: u8,
+    ) -> Result<(), UpdateError> {
         if size == 0 {
             return Err(UpdateError::BadRange);
         }
@@ -46,7 +55,12 @@ impl Model {
         if self.maps.len() == self.limit {
             self.maps.remove(0);
         }
-        self.maps.push(ModelMap { start: iova, last, uaddr, perm });
+        self.maps.push(ModelMap {
+            start: iova,
+            last,
+            uaddr,
+            perm,
+        });
         Ok(())
     }
 
@@ -60,11 +74,20 @@ impl Model {
     /// C's `vhost_iotlb_itree_first(addr, addr)`: the lowest start among
     /// the mappings holding `iova`, the oldest on a tie.
     pub(crate) fn find(&self, iova: u64) -> Option<ModelMap> {
-        self.maps.iter().filter(|m| m.start <= iova && iova <= m.last).min_by_key(|m| m.start).copied()
+        self.maps
+            .iter()
+            .filter(|m| m.start <= iova && iova <= m.last)
+            .min_by_key(|m| m.start)
+            .copied()
     }
 
     /// C's `translate_desc`, as pieces.
-    pub(crate) fn translate(&self, mut iova: u64, len: u64, access: Access) -> (Vec<Segment>, Option<TranslateError>) {
+    pub(crate) fn translate(
+        &self,
+        mut iova: u64,
+        len: u64,
+        access: Access,
+    ) -> (Vec<Segment>, Option<TranslateError>) {
         let mut out = Vec::new();
         if len > 0 && iova.checked_add(len - 1).is_none() {
             return (out, Some(TranslateError::NotMapped));
@@ -79,7 +102,11 @@ impl Model {
             }
             let room = u128::from(m.last - iova) + 1;
             let n = left.min(room);
-            out.push(Segment { gpa: iova, uaddr: m.uaddr + (iova - m.start), len: n as u64 });
+            out.push(Segment {
+                gpa: iova,
+                uaddr: m.uaddr + (iova - m.start),
+                len: n as u64,
+            });
             left -= n;
             iova = iova.wrapping_add(n as u64);
         }
@@ -106,12 +133,21 @@ pub(crate) fn pieces<S: std::ops::DerefMut<Target = [Mapping]>>(
 
 /// Checks that the table holds what the model holds, and translates as it
 /// does at `probes`.
-pub(crate) fn agree<S: std::ops::DerefMut<Target = [Mapping]>>(table: &Iotlb<S>, model: &Model, probes: &[(u64, u64)]) {
+pub(crate) fn agree<S: std::ops::DerefMut<Target = [Mapping]>>(
+    table: &Iotlb<S>,
+    model: &Model,
+    probes: &[(u64, u64)],
+) {
     assert_eq!(table.len(), model.maps.len());
     let mut ours: Vec<ModelMap> = table
         .mappings()
         .iter()
-        .map(|m| ModelMap { start: m.start(), last: m.last(), uaddr: m.uaddr(), perm: m.perm() })
+        .map(|m| ModelMap {
+            start: m.start(),
+            last: m.last(),
+            uaddr: m.uaddr(),
+            perm: m.perm(),
+        })
         .collect();
     let mut theirs = model.maps.clone();
     let key = |m: &ModelMap| (m.start, m.last, m.uaddr, m.perm);
@@ -119,13 +155,26 @@ pub(crate) fn agree<S: std::ops::DerefMut<Target = [Mapping]>>(table: &Iotlb<S>,
     theirs.sort_by_key(key);
     assert_eq!(ours, theirs);
     for w in table.mappings().windows(2) {
-        assert!(w[0].start() <= w[1].start(), "unsorted: {:x?}", table.mappings());
+        assert!(
+            w[0].start() <= w[1].start(),
+            "unsorted: {:x?}",
+            table.mappings()
+        );
     }
     for &(iova, len) in probes {
         for access in [Access::Read, Access::Write] {
-            assert_eq!(pieces(table, iova, len, access), model.translate(iova, len, access), "iova {iova:#x} len {len:#x}");
+            assert_eq!(
+                pieces(table, iova, len, access),
+                model.translate(iova, len, access),
+                "iova {iova:#x} len {len:#x}"
+            );
         }
-        let found = table.find(iova).map(|m| ModelMap { start: m.start(), last: m.last(), uaddr: m.uaddr(), perm: m.perm() });
+        let found = table.find(iova).map(|m| ModelMap {
+            start: m.start(),
+            last: m.last(),
+            uaddr: m.uaddr(),
+            perm: m.perm(),
+        });
         assert_eq!(found, model.find(iova), "find {iova:#x}");
     }
 }

@@ -1,8 +1,9 @@
-use crate::vring::iotlb::*;
-use crate::vring::Stop;
-use crate::vring::mem_table::{Access, Segment, TranslateError};
 use crate::iotlb_model::*;
 use crate::random_tests::Rng;
+use crate::vring::iotlb::message::{FrameError, MSG_MISS};
+use crate::vring::iotlb::*;
+use crate::vring::mem_table::{Access, Segment, TranslateError};
+use crate::vring::Stop;
 
 fn table(capacity: usize) -> Iotlb<Vec<Mapping>> {
     Iotlb::new(vec![Mapping::default(); capacity])
@@ -13,19 +14,59 @@ const RW: u8 = ACCESS_RO | ACCESS_WO;
 #[test]
 fn update_translates_and_checks_permissions() {
     let mut t = table(8);
-    t.update(0x1000, 0x1000, 0x7000_0000, ACCESS_RO, USER_LIMIT).unwrap();
-    t.update(0x2000, 0x1000, 0x7100_0000, ACCESS_WO, USER_LIMIT).unwrap();
+    t.update(0x1000, 0x1000, 0x7000_0000, ACCESS_RO, USER_LIMIT)
+        .unwrap();
+    t.update(0x2000, 0x1000, 0x7100_0000, ACCESS_WO, USER_LIMIT)
+        .unwrap();
     // A read across both: the second refuses reads, at its first byte.
     let (got, err) = pieces(&t, 0x1ff0, 0x20, Access::Read);
-    assert_eq!(got, vec![Segment { gpa: 0x1ff0, uaddr: 0x7000_0ff0, len: 0x10 }]);
-    assert_eq!(err, Some(TranslateError::Denied { iova: 0x2000, access: Access::Read }));
+    assert_eq!(
+        got,
+        vec![Segment {
+            gpa: 0x1ff0,
+            uaddr: 0x7000_0ff0,
+            len: 0x10
+        }]
+    );
+    assert_eq!(
+        err,
+        Some(TranslateError::Denied {
+            iova: 0x2000,
+            access: Access::Read
+        })
+    );
     // A write into the read-only mapping is refused.
-    assert_eq!(pieces(&t, 0x1800, 8, Access::Write).1, Some(TranslateError::Denied { iova: 0x1800, access: Access::Write }));
+    assert_eq!(
+        pieces(&t, 0x1800, 8, Access::Write).1,
+        Some(TranslateError::Denied {
+            iova: 0x1800,
+            access: Access::Write
+        })
+    );
     // A miss names the first untranslated address, not the start.
     let (got, err) = pieces(&t, 0x2ff8, 0x10, Access::Write);
-    assert_eq!(got, vec![Segment { gpa: 0x2ff8, uaddr: 0x7100_0ff8, len: 8 }]);
-    assert_eq!(err, Some(TranslateError::Miss { iova: 0x3000, access: Access::Write }));
-    assert_eq!(pieces(&t, 0x500, 1, Access::Read).1, Some(TranslateError::Miss { iova: 0x500, access: Access::Read }));
+    assert_eq!(
+        got,
+        vec![Segment {
+            gpa: 0x2ff8,
+            uaddr: 0x7100_0ff8,
+            len: 8
+        }]
+    );
+    assert_eq!(
+        err,
+        Some(TranslateError::Miss {
+            iova: 0x3000,
+            access: Access::Write
+        })
+    );
+    assert_eq!(
+        pieces(&t, 0x500, 1, Access::Read).1,
+        Some(TranslateError::Miss {
+            iova: 0x500,
+            access: Access::Read
+        })
+    );
     // A length of 0 translates to nothing, even unmapped.
     assert_eq!(pieces(&t, 0x500, 0, Access::Read), (vec![], None));
 }
@@ -33,26 +74,66 @@ fn update_translates_and_checks_permissions() {
 #[test]
 fn update_refuses_what_c_refuses() {
     let mut t = table(4);
-    assert_eq!(t.update(0x1000, 0, 0x1000, RW, USER_LIMIT), Err(UpdateError::BadRange));
-    assert_eq!(t.update(u64::MAX, 2, 0x1000, RW, USER_LIMIT), Err(UpdateError::BadRange));
-    assert_eq!(t.update(0, 0x2000, u64::MAX - 0xfff, 0, USER_LIMIT), Err(UpdateError::BadUserAddr));
+    assert_eq!(
+        t.update(0x1000, 0, 0x1000, RW, USER_LIMIT),
+        Err(UpdateError::BadRange)
+    );
+    assert_eq!(
+        t.update(u64::MAX, 2, 0x1000, RW, USER_LIMIT),
+        Err(UpdateError::BadRange)
+    );
+    assert_eq!(
+        t.update(0, 0x2000, u64::MAX - 0xfff, 0, USER_LIMIT),
+        Err(UpdateError::BadUserAddr)
+    );
     // Past the user address space, for a readable or writable mapping.
-    assert_eq!(t.update(0, 0x2000, USER_LIMIT - 0x1000, ACCESS_RO, USER_LIMIT), Err(UpdateError::BadUserAddr));
-    assert_eq!(t.update(0, 0x2000, USER_LIMIT - 0x1000, ACCESS_WO, USER_LIMIT), Err(UpdateError::BadUserAddr));
-    t.update(0, 0x1000, USER_LIMIT - 0x1000, RW, USER_LIMIT).unwrap();
+    assert_eq!(
+        t.update(0, 0x2000, USER_LIMIT - 0x1000, ACCESS_RO, USER_LIMIT),
+        Err(UpdateError::BadUserAddr)
+    );
+    assert_eq!(
+        t.update(0, 0x2000, USER_LIMIT - 0x1000, ACCESS_WO, USER_LIMIT),
+        Err(UpdateError::BadUserAddr)
+    );
+    t.update(0, 0x1000, USER_LIMIT - 0x1000, RW, USER_LIMIT)
+        .unwrap();
     // The user limit itself is the first refused byte.
-    assert_eq!(t.update(0, 0x1001, USER_LIMIT - 0x1000, ACCESS_RO, USER_LIMIT), Err(UpdateError::BadUserAddr));
+    assert_eq!(
+        t.update(0, 0x1001, USER_LIMIT - 0x1000, ACCESS_RO, USER_LIMIT),
+        Err(UpdateError::BadUserAddr)
+    );
     t.invalidate(0, 1);
     // Up to 2^64 exactly: C's vhost_overflow allows it; without
     // permissions access_ok is not asked, and nothing can use it.
-    t.update(0x10000, 0x1000, u64::MAX - 0xfff, 0, USER_LIMIT).unwrap();
-    assert_eq!(pieces(&t, 0x10000, 1, Access::Read).1, Some(TranslateError::Denied { iova: 0x10000, access: Access::Read }));
+    t.update(0x10000, 0x1000, u64::MAX - 0xfff, 0, USER_LIMIT)
+        .unwrap();
+    assert_eq!(
+        pieces(&t, 0x10000, 1, Access::Read).1,
+        Some(TranslateError::Denied {
+            iova: 0x10000,
+            access: Access::Read
+        })
+    );
     // The last IOVA may be 2^64 - 1.
-    t.update(u64::MAX - 0xfff, 0x1000, 0x5000, RW, USER_LIMIT).unwrap();
-    assert_eq!(pieces(&t, u64::MAX, 1, Access::Read).0, vec![Segment { gpa: u64::MAX, uaddr: 0x5fff, len: 1 }]);
-    assert_eq!(pieces(&t, u64::MAX, 2, Access::Read).1, Some(TranslateError::NotMapped));
+    t.update(u64::MAX - 0xfff, 0x1000, 0x5000, RW, USER_LIMIT)
+        .unwrap();
+    assert_eq!(
+        pieces(&t, u64::MAX, 1, Access::Read).0,
+        vec![Segment {
+            gpa: u64::MAX,
+            uaddr: 0x5fff,
+            len: 1
+        }]
+    );
+    assert_eq!(
+        pieces(&t, u64::MAX, 2, Access::Read).1,
+        Some(TranslateError::NotMapped)
+    );
     let mut empty = table(0);
-    assert_eq!(empty.update(0, 1, 0, RW, USER_LIMIT), Err(UpdateError::NoCapacity));
+    assert_eq!(
+        empty.update(0, 1, 0, RW, USER_LIMIT),
+        Err(UpdateError::NoCapacity)
+    );
 }
 
 #[test]
@@ -64,7 +145,14 @@ fn overlaps_resolve_as_the_interval_tree_does() {
     // Lowest start wins, the oldest of equal starts.
     assert_eq!(t.find(0x2800).unwrap().uaddr(), 0xb000);
     // Nothing is trimmed: a range runs on in the mapping it started in.
-    assert_eq!(pieces(&t, 0x1800, 0x2000, Access::Read).0, vec![Segment { gpa: 0x1800, uaddr: 0xb800, len: 0x2000 }]);
+    assert_eq!(
+        pieces(&t, 0x1800, 0x2000, Access::Read).0,
+        vec![Segment {
+            gpa: 0x1800,
+            uaddr: 0xb800,
+            len: 0x2000
+        }]
+    );
     // An invalidation takes every overlapping mapping, whole.
     assert_eq!(t.invalidate(0x3fff, 1), 2);
     assert_eq!(t.len(), 1);
@@ -77,7 +165,8 @@ fn full_table_retires_the_oldest_mapping() {
     let mut t = table(3);
     for i in 0..3u64 {
         // Inserted from high to low: the oldest sorts last.
-        t.update(0x10000 - i * 0x1000, 0x1000, i << 20, RW, USER_LIMIT).unwrap();
+        t.update(0x10000 - i * 0x1000, 0x1000, i << 20, RW, USER_LIMIT)
+            .unwrap();
     }
     t.update(0x1000, 0x1000, 0xf00000, RW, USER_LIMIT).unwrap();
     assert_eq!(t.len(), 3);
@@ -87,7 +176,10 @@ fn full_table_retires_the_oldest_mapping() {
 
 #[test]
 fn random_operations_agree_with_the_model() {
-    let seed = std::env::var("VNR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x10_71b);
+    let seed = std::env::var("VNR_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x10_71b);
     let mut r = Rng(seed);
     for round in 0..300 {
         let capacity = (r.next() % 24) as usize;
@@ -111,7 +203,11 @@ fn random_operations_agree_with_the_model() {
                         _ => 1 + r.next() % 0x4000,
                     };
                     let perm = (r.next() % 4) as u8;
-                    assert_eq!(t.update(iova, size, uaddr, perm, USER_LIMIT), model.update(iova, size, uaddr, perm), "round {round}");
+                    assert_eq!(
+                        t.update(iova, size, uaddr, perm, USER_LIMIT),
+                        model.update(iova, size, uaddr, perm),
+                        "round {round}"
+                    );
                 }
                 5 | 6 => {
                     let (iova, size) = (addr(&mut r), 1 + r.next() % 0x3000);
@@ -129,7 +225,8 @@ fn random_operations_agree_with_the_model() {
                     }
                 }
             }
-            let probes: Vec<(u64, u64)> = (0..4).map(|_| (addr(&mut r), r.next() % 0x8000)).collect();
+            let probes: Vec<(u64, u64)> =
+                (0..4).map(|_| (addr(&mut r), r.next() % 0x8000)).collect();
             agree(&t, &model, &probes);
         }
     }
@@ -147,7 +244,17 @@ fn messages_have_the_c_layout() {
     w[32] = ACCESS_RO;
     w[33] = MSG_UPDATE;
     let m = parse_write(&w).unwrap();
-    assert_eq!(m, Message { format: FORMAT_V2, iova: 0x1000, size: 0x2000, uaddr: 0x7000, perm: ACCESS_RO, kind: MSG_UPDATE });
+    assert_eq!(
+        m,
+        Message {
+            format: FORMAT_V2,
+            iova: 0x1000,
+            size: 0x2000,
+            uaddr: 0x7000,
+            perm: ACCESS_RO,
+            kind: MSG_UPDATE
+        }
+    );
     // The body is all C needs: 40 bytes.
     assert_eq!(parse_write(&w[..MIN_WRITE]), Ok(m));
     assert_eq!(parse_write(&w[..MIN_WRITE - 1]), Err(FrameError::Short));
@@ -173,7 +280,11 @@ fn messages_have_the_c_layout() {
 }
 
 fn miss(iova: u64) -> Miss {
-    Miss { iova, access: Access::Read, format: FORMAT_V2 }
+    Miss {
+        iova,
+        access: Access::Read,
+        format: FORMAT_V2,
+    }
 }
 
 #[test]
@@ -203,14 +314,20 @@ fn one_miss_per_queue_answered_once_read() {
     assert_eq!(m.read(), Some((1, miss(0x6000))));
     m.drop_read(1);
     assert!(m.post(1, miss(0x7000)), "a dropped read frees its queue");
-    assert!(!m.post(1, miss(0x8000)), "an unread miss is not posted twice");
+    assert!(
+        !m.post(1, miss(0x8000)),
+        "an unread miss is not posted twice"
+    );
     assert_eq!(m.answer(0x6000, 1), 0b01);
     // Nor a read one that is not answered yet.
     assert_eq!(m.read(), Some((1, miss(0x7000))));
     assert!(!m.post(1, miss(0x9000)), "a read miss waits for its answer");
     assert!(!m.readable());
     assert_eq!(m.answer(0x7000, 1), 0b10);
-    assert!(m.post(1, miss(0x9000)), "answered, the queue may miss again");
+    assert!(
+        m.post(1, miss(0x9000)),
+        "answered, the queue may miss again"
+    );
     m.clear();
     assert!(!m.readable());
 }
@@ -223,35 +340,69 @@ fn translated_memory_maps_ring_accesses() {
     let mut t = table(8);
     // Two IOVA pages backed by owner pages in the reverse order, and a
     // read-only one.
-    t.update(0x8000_0000, 0x1000, 0x11000, RW, USER_LIMIT).unwrap();
-    t.update(0x8000_1000, 0x1000, 0x10000, RW, USER_LIMIT).unwrap();
-    t.update(0x8000_2000, 0x1000, 0x12000, ACCESS_RO, USER_LIMIT).unwrap();
+    t.update(0x8000_0000, 0x1000, 0x11000, RW, USER_LIMIT)
+        .unwrap();
+    t.update(0x8000_1000, 0x1000, 0x10000, RW, USER_LIMIT)
+        .unwrap();
+    t.update(0x8000_2000, 0x1000, 0x12000, ACCESS_RO, USER_LIMIT)
+        .unwrap();
     let view = Translated::new(&mem, &t);
     view.write_u16(0x8000_0ffe, 0xbeef).unwrap();
     assert_eq!(mem.get_u16(0x11ffe), 0xbeef);
     assert_eq!(view.read_u16(0x8000_0ffe).unwrap(), 0xbeef);
     // A copy across the two mappings lands in both owner pages.
-    view.write(0x8000_0ff8, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]).unwrap();
+    view.write(
+        0x8000_0ff8,
+        &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+    )
+    .unwrap();
     assert_eq!(mem.get(0x11ff8, 8), vec![1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(mem.get(0x10000, 8), vec![9, 10, 11, 12, 13, 14, 15, 16]);
-    assert_eq!(view.read_16(0x8000_0ff8).unwrap(), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
+    assert_eq!(
+        view.read_16(0x8000_0ff8).unwrap(),
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    );
     let mut buf = [0u8; 4];
     view.read(0x8000_0ffe, &mut buf).unwrap();
     assert_eq!(buf, [7, 8, 9, 10]);
     // A 16-bit or 8-byte access split over two mappings cannot be atomic.
-    assert_eq!(view.read_u16(0x8000_0fff), Err(Stop::Error(VringError::NotMapped)));
-    assert_eq!(view.write_8(0x8000_0ffc, [0; 8]), Err(Stop::Error(VringError::NotMapped)));
+    assert_eq!(
+        view.read_u16(0x8000_0fff),
+        Err(Stop::Error(VringError::NotMapped))
+    );
+    assert_eq!(
+        view.write_8(0x8000_0ffc, [0; 8]),
+        Err(Stop::Error(VringError::NotMapped))
+    );
     // Permissions: the read-only page takes reads only.
     assert!(view.read_u16(0x8000_2000).is_ok());
-    assert_eq!(view.write_u16(0x8000_2000, 1), Err(Stop::Error(VringError::AccessDenied)));
-    assert_eq!(t.last_fault(), Some(TranslateError::Denied { iova: 0x8000_2000, access: Access::Write }));
+    assert_eq!(
+        view.write_u16(0x8000_2000, 1),
+        Err(Stop::Error(VringError::AccessDenied))
+    );
+    assert_eq!(
+        t.last_fault(),
+        Some(TranslateError::Denied {
+            iova: 0x8000_2000,
+            access: Access::Write
+        })
+    );
     // An unmapped page is a miss, named by its first byte.
     assert_eq!(view.read(0x8000_2ff0, &mut [0u8; 32]), Err(Stop::Miss));
-    assert_eq!(t.last_fault(), Some(TranslateError::Miss { iova: 0x8000_3000, access: Access::Read }));
+    assert_eq!(
+        t.last_fault(),
+        Some(TranslateError::Miss {
+            iova: 0x8000_3000,
+            access: Access::Read
+        })
+    );
     assert_eq!(check_range(&t, 0x8000_0000, 0x3000, Access::Read), Ok(()));
     assert_eq!(
         check_range(&t, 0x8000_0000, 0x3000, Access::Write),
-        Err(TranslateError::Denied { iova: 0x8000_2000, access: Access::Write })
+        Err(TranslateError::Denied {
+            iova: 0x8000_2000,
+            access: Access::Write
+        })
     );
 }
 
@@ -276,7 +427,10 @@ fn log_aliases_of_owner_memory() {
         for_each_alias::<TranslateError>(&regions, 0x6000_0000, 8, |_, _| Ok(())),
         Err(TranslateError::NotMapped)
     );
-    assert_eq!(for_each_alias::<TranslateError>(&regions, u64::MAX, 2, |_, _| Ok(())), Err(TranslateError::NotMapped));
+    assert_eq!(
+        for_each_alias::<TranslateError>(&regions, u64::MAX, 2, |_, _| Ok(())),
+        Err(TranslateError::NotMapped)
+    );
 }
 
 /// A remembered lookup answers only where the search would give the same
@@ -287,7 +441,8 @@ fn log_aliases_of_owner_memory() {
 fn remembered_lookups_agree_with_the_search() {
     let mut t = table(16);
     t.update(0x0, 0x3000, 0x7000_0000, RW, USER_LIMIT).unwrap();
-    t.update(0x1000, 0x4000, 0x7100_0000, RW, USER_LIMIT).unwrap();
+    t.update(0x1000, 0x4000, 0x7100_0000, RW, USER_LIMIT)
+        .unwrap();
     // 0x3800 is in the second mapping only; 0x1800 in both, and the first
     // (lowest start) translates it.
     assert_eq!(t.find(0x3800).map(|m| m.uaddr()), Some(0x7100_0000));
@@ -298,7 +453,14 @@ fn remembered_lookups_agree_with_the_search() {
     // three times over: each lookup evicts one, and every answer stays
     // right.
     for page in 0..6u64 {
-        t.update(0x10_0000 + (page << 12), 0x1000, 0x7300_0000 + (page << 16), RW, USER_LIMIT).unwrap();
+        t.update(
+            0x10_0000 + (page << 12),
+            0x1000,
+            0x7300_0000 + (page << 16),
+            RW,
+            USER_LIMIT,
+        )
+        .unwrap();
     }
     for _ in 0..3 {
         for page in 0..6u64 {
@@ -312,7 +474,8 @@ fn remembered_lookups_agree_with_the_search() {
     assert_eq!(t.invalidate(0x0, 1), 1);
     assert_eq!(t.find(0x1800).map(|m| m.uaddr()), Some(0x7100_0000));
     assert_eq!(t.find(0x800), None);
-    t.update(0x0, 0x2000, 0x7200_0000, ACCESS_RO, USER_LIMIT).unwrap();
+    t.update(0x0, 0x2000, 0x7200_0000, ACCESS_RO, USER_LIMIT)
+        .unwrap();
     assert_eq!(t.find(0x1800).map(|m| m.uaddr()), Some(0x7200_0000));
     t.clear();
     assert_eq!(t.find(0x1800), None);

@@ -21,23 +21,22 @@ pub mod iotlb_model;
 pub mod testmem;
 
 #[cfg(test)]
-mod memory_tests;
-#[cfg(test)]
-mod net_hdr_tests;
-#[cfg(test)]
-mod vring_tests;
-#[cfg(test)]
 mod dirtylog_tests;
-#[cfg(test)]
-mod random_tests;
-#[cfg(test)]
-mod packed_tests;
-#[cfg(test)]
-mod iotlb_tests;
-#[cfg(test)]
-mod parse_bench;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 #[cfg(feature = "fuzz")]
 pub mod fuzz_iotlb;
-
+#[cfg(test)]
+mod iotlb_tests;
+#[cfg(test)]
+mod memory_tests;
+#[cfg(test)]
+mod net_hdr_tests;
+#[cfg(test)]
+mod packed_tests;
+#[cfg(test)]
+mod parse_bench;
+#[cfg(test)]
+mod random_tests;
+#[cfg(test)]
+mod vring_tests;

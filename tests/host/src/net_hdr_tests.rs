@@ -23,5 +23,8 @@ fn legacy_header_has_no_num_buffers_and_short_is_refused() {
     let bytes = [0u8, 0, 1, 0, 2, 0, 3, 0, 4, 0];
     let hdr = VirtioNetHdr::parse(&bytes).expect("a 10-byte header parses");
     assert_eq!((hdr.hdr_len, hdr.csum_offset, hdr.num_buffers), (1, 4, 0));
-    assert_eq!(VirtioNetHdr::parse(&bytes[..VirtioNetHdr::LEN_LEGACY - 1]), None);
+    assert_eq!(
+        VirtioNetHdr::parse(&bytes[..VirtioNetHdr::LEN_LEGACY - 1]),
+        None
+    );
 }

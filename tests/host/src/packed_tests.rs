@@ -1,12 +1,12 @@
 //! The packed ring against a mock driver that follows the virtio spec
 //! (section 2.8) as Linux's `virtio_ring.c` does: wrap counters, chains,
 //! indirect tables, buffer ids, event suppression.
-use crate::vring::Stop;
 use crate::testmem::RingFeatures;
+use crate::testmem::{Marks, NoLog, TestMem};
 use crate::vring::mem_table::{validate, Region};
 use crate::vring::packed::*;
 use crate::vring::ring::{Ring, RingBase};
-use crate::testmem::{Marks, NoLog, TestMem};
+use crate::vring::Stop;
 use crate::vring::*;
 use std::collections::HashMap;
 
@@ -104,12 +104,22 @@ impl Driver {
     /// device must ignore).
     fn post_indirect(&mut self, mem: &TestMem, table: u64, bufs: &[Buf]) -> u16 {
         for (i, &(addr, len, writable)) in bufs.iter().enumerate() {
-            let flags = if writable { DESC_F_WRITE } else { 0 } | DESC_F_NEXT | DESC_F_INDIRECT | DESC_F_AVAIL;
+            let flags = if writable { DESC_F_WRITE } else { 0 }
+                | DESC_F_NEXT
+                | DESC_F_INDIRECT
+                | DESC_F_AVAIL;
             Self::put_desc(mem, BASE + table + 16 * i as u64, addr, len, 0xbeef, flags);
         }
         let id = self.free_ids.pop().expect("a free id");
         let flags = self.avail_flags(self.avail_wrap) | DESC_F_INDIRECT;
-        Self::put_desc(mem, DESC + 16 * u64::from(self.avail_index), table, 16 * bufs.len() as u32, id, flags);
+        Self::put_desc(
+            mem,
+            DESC + 16 * u64::from(self.avail_index),
+            table,
+            16 * bufs.len() as u32,
+            id,
+            flags,
+        );
         self.step_avail();
         self.positions.insert(id, 1);
         id
@@ -127,7 +137,8 @@ impl Driver {
     fn take_used(&mut self, mem: &TestMem) -> Option<(u16, u32)> {
         let at = DESC + 16 * u64::from(self.used_index);
         let flags = mem.get_u16(at + 14);
-        let used = (flags & DESC_F_USED != 0) == self.used_wrap && (flags & DESC_F_AVAIL != 0) == self.used_wrap;
+        let used = (flags & DESC_F_USED != 0) == self.used_wrap
+            && (flags & DESC_F_AVAIL != 0) == self.used_wrap;
         if !used {
             return None;
         }
@@ -136,8 +147,15 @@ impl Driver {
         let id = u16::from_le_bytes([b[4], b[5]]);
         // The length counts only with WRITE (2.8.5); the device sets it
         // exactly when it wrote something.
-        assert_eq!(flags & DESC_F_WRITE != 0, len > 0, "used descriptor {id}: flags {flags:#x}, len {len}");
-        let positions = self.positions.remove(&id).expect("the device used an id it was not given");
+        assert_eq!(
+            flags & DESC_F_WRITE != 0,
+            len > 0,
+            "used descriptor {id}: flags {flags:#x}, len {len}"
+        );
+        let positions = self
+            .positions
+            .remove(&id)
+            .expect("the device used an id it was not given");
         for _ in 0..positions {
             self.used_index += 1;
             if self.used_index == self.num {
@@ -171,11 +189,22 @@ struct Rig {
 }
 
 fn layout(num: u32) -> RingLayout {
-    RingLayout { num, desc: DESC, avail: DRIVER, used: DEVICE, used_log: None }
+    RingLayout {
+        num,
+        desc: DESC,
+        avail: DRIVER,
+        used: DEVICE,
+        used_log: None,
+    }
 }
 
 fn f() -> RingFeatures {
-    RingFeatures { event_idx: false, indirect: true, notify_on_empty: false, in_order: false }
+    RingFeatures {
+        event_idx: false,
+        indirect: true,
+        notify_on_empty: false,
+        in_order: false,
+    }
 }
 
 fn rig(num: u16, feats: RingFeatures) -> Rig {
@@ -183,7 +212,13 @@ fn rig(num: u16, feats: RingFeatures) -> Rig {
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
     let ring = PackedRing::resume(layout(u32::from(num)), None, FRESH_BASE, feats.into()).unwrap();
-    Rig { mem, regions, ring, driver: Driver::new(num), iov: vec![Iov::default(); MAX_SEGMENTS] }
+    Rig {
+        mem,
+        regions,
+        ring,
+        driver: Driver::new(num),
+        iov: vec![Iov::default(); MAX_SEGMENTS],
+    }
 }
 
 impl Rig {
@@ -200,7 +235,15 @@ impl Rig {
 fn chain_of(seed: u64) -> Vec<Buf> {
     let count = 1 + (seed % 3) as usize;
     let writable_from = (seed / 3 % (count as u64 + 1)) as usize;
-    (0..count).map(|i| (0x8_0000 + 0x1000 * i as u64, 1 + (seed as u32 >> 4) % 1500, i >= writable_from)).collect()
+    (0..count)
+        .map(|i| {
+            (
+                0x8_0000 + 0x1000 * i as u64,
+                1 + (seed as u32 >> 4) % 1500,
+                i >= writable_from,
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -224,11 +267,24 @@ fn fresh_base_and_encoding() {
     assert!(PackedRing::resume(layout(32768), None, 0xffff_ffff, f().into()).is_some());
     // Any size: a queue reset may make it 200.
     for num in [1, 3, 200, 32767] {
-        assert!(PackedRing::resume(layout(num), None, FRESH_BASE, f().into()).is_some(), "num {num}");
+        assert!(
+            PackedRing::resume(layout(num), None, FRESH_BASE, f().into()).is_some(),
+            "num {num}"
+        );
     }
     // Aligned parts only (16, 4, 4).
-    for (desc, driver, device) in [(DESC + 8, DRIVER, DEVICE), (DESC, DRIVER + 2, DEVICE), (DESC, DRIVER, DEVICE + 2)] {
-        let misaligned = RingLayout { num: 8, desc, avail: driver, used: device, used_log: None };
+    for (desc, driver, device) in [
+        (DESC + 8, DRIVER, DEVICE),
+        (DESC, DRIVER + 2, DEVICE),
+        (DESC, DRIVER, DEVICE + 2),
+    ] {
+        let misaligned = RingLayout {
+            num: 8,
+            desc,
+            avail: driver,
+            used: device,
+            used_log: None,
+        };
         assert!(PackedRing::resume(misaligned, None, FRESH_BASE, f().into()).is_none());
     }
 }
@@ -243,11 +299,15 @@ fn chains_across_a_thousand_wraps() {
         let mut total = 0u64;
         while laps < 1000 {
             // The driver fills what it can, up to a random batch.
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let mut posted = Vec::new();
             loop {
                 let bufs = chain_of(seed >> 20 ^ total);
-                if bufs.len() as u16 > r.driver.free_positions() || posted.len() > (seed >> 40) as usize % 5 {
+                if bufs.len() as u16 > r.driver.free_positions()
+                    || posted.len() > (seed >> 40) as usize % 5
+                {
                     break;
                 }
                 let id = r.post(&bufs);
@@ -288,7 +348,9 @@ fn stop_and_resume_at_the_base() {
         let id = r.post(&chain_of(round * 7));
         let chain = r.pop().unwrap().unwrap();
         assert_eq!(chain.head, id);
-        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
+        r.ring
+            .add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)])
+            .unwrap();
         assert_eq!(r.driver.take_used(&r.mem).map(|u| u.0), Some(id));
         // Stop (GET_VRING_BASE) and resume (SET_VRING_BASE) every few
         // chains: the base says exactly where both sides are.
@@ -304,7 +366,9 @@ fn stop_and_resume_at_the_base() {
     r.post(&[(0x8000, 10, false)]);
     let second = r.post(&[(0x8000, 10, false)]);
     let first = r.pop().unwrap().unwrap();
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&first, 0)]).unwrap();
+    r.ring
+        .add_used(&r.mem, &NoLog, &[UsedElem::of(&first, 0)])
+        .unwrap();
     r.ring = PackedRing::resume(layout(16), None, r.ring.base(), f().into()).unwrap();
     assert_eq!(r.pop().unwrap().unwrap().head, second);
 }
@@ -313,39 +377,103 @@ fn stop_and_resume_at_the_base() {
 fn malformed_chains_consume_nothing() {
     type Setup = fn(&mut Rig);
     let cases: [(&str, Setup, VringError); 9] = [
-        ("chain around the whole ring", |r| {
-            for i in 0..8u16 {
-                Driver::put_desc(&r.mem, DESC + 16 * u64::from(i), 0x8000, 1, 0, DESC_F_AVAIL | DESC_F_NEXT);
-            }
-        }, VringError::Loop),
-        ("buffer id past the ring", |r| {
-            Driver::put_desc(&r.mem, DESC, 0x8000, 1, 8, DESC_F_AVAIL);
-        }, VringError::BadHead),
-        ("indirect with NEXT", |r| {
-            Driver::put_desc(&r.mem, DESC, TABLES, 32, 0, DESC_F_AVAIL | DESC_F_INDIRECT | DESC_F_NEXT);
-        }, VringError::IndirectNotAllowed),
-        ("indirect after a plain descriptor", |r| {
-            Driver::put_desc(&r.mem, DESC + 16, TABLES, 32, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
-            Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_AVAIL | DESC_F_NEXT);
-        }, VringError::IndirectNotAllowed),
-        ("indirect table of 24 bytes", |r| {
-            Driver::put_desc(&r.mem, DESC, TABLES, 24, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
-        }, VringError::BadIndirectLen),
-        ("empty indirect table", |r| {
-            Driver::put_desc(&r.mem, DESC, TABLES, 0, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
-        }, VringError::BadIndirectLen),
-        ("readable after writable", |r| {
-            Driver::put_desc(&r.mem, DESC + 16, 0x8000, 1, 0, DESC_F_AVAIL);
-            Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_AVAIL | DESC_F_NEXT | DESC_F_WRITE);
-        }, VringError::OutAfterIn),
-        ("buffer outside guest memory", |r| {
-            Driver::put_desc(&r.mem, DESC, MEM as u64 - 4, 16, 0, DESC_F_AVAIL);
-        }, VringError::NotMapped),
-        ("length overflow", |r| {
-            r.regions = vec![Region::new(0, 1 << 40, BASE, 1 << 47).unwrap()];
-            Driver::put_desc(&r.mem, DESC + 16, 0, u32::MAX, 0, DESC_F_AVAIL);
-            Driver::put_desc(&r.mem, DESC, 0, u32::MAX, 0, DESC_F_AVAIL | DESC_F_NEXT);
-        }, VringError::LenOverflow),
+        (
+            "chain around the whole ring",
+            |r| {
+                for i in 0..8u16 {
+                    Driver::put_desc(
+                        &r.mem,
+                        DESC + 16 * u64::from(i),
+                        0x8000,
+                        1,
+                        0,
+                        DESC_F_AVAIL | DESC_F_NEXT,
+                    );
+                }
+            },
+            VringError::Loop,
+        ),
+        (
+            "buffer id past the ring",
+            |r| {
+                Driver::put_desc(&r.mem, DESC, 0x8000, 1, 8, DESC_F_AVAIL);
+            },
+            VringError::BadHead,
+        ),
+        (
+            "indirect with NEXT",
+            |r| {
+                Driver::put_desc(
+                    &r.mem,
+                    DESC,
+                    TABLES,
+                    32,
+                    0,
+                    DESC_F_AVAIL | DESC_F_INDIRECT | DESC_F_NEXT,
+                );
+            },
+            VringError::IndirectNotAllowed,
+        ),
+        (
+            "indirect after a plain descriptor",
+            |r| {
+                Driver::put_desc(
+                    &r.mem,
+                    DESC + 16,
+                    TABLES,
+                    32,
+                    0,
+                    DESC_F_AVAIL | DESC_F_INDIRECT,
+                );
+                Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_AVAIL | DESC_F_NEXT);
+            },
+            VringError::IndirectNotAllowed,
+        ),
+        (
+            "indirect table of 24 bytes",
+            |r| {
+                Driver::put_desc(&r.mem, DESC, TABLES, 24, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
+            },
+            VringError::BadIndirectLen,
+        ),
+        (
+            "empty indirect table",
+            |r| {
+                Driver::put_desc(&r.mem, DESC, TABLES, 0, 0, DESC_F_AVAIL | DESC_F_INDIRECT);
+            },
+            VringError::BadIndirectLen,
+        ),
+        (
+            "readable after writable",
+            |r| {
+                Driver::put_desc(&r.mem, DESC + 16, 0x8000, 1, 0, DESC_F_AVAIL);
+                Driver::put_desc(
+                    &r.mem,
+                    DESC,
+                    0x8000,
+                    1,
+                    0,
+                    DESC_F_AVAIL | DESC_F_NEXT | DESC_F_WRITE,
+                );
+            },
+            VringError::OutAfterIn,
+        ),
+        (
+            "buffer outside guest memory",
+            |r| {
+                Driver::put_desc(&r.mem, DESC, MEM as u64 - 4, 16, 0, DESC_F_AVAIL);
+            },
+            VringError::NotMapped,
+        ),
+        (
+            "length overflow",
+            |r| {
+                r.regions = vec![Region::new(0, 1 << 40, BASE, 1 << 47).unwrap()];
+                Driver::put_desc(&r.mem, DESC + 16, 0, u32::MAX, 0, DESC_F_AVAIL);
+                Driver::put_desc(&r.mem, DESC, 0, u32::MAX, 0, DESC_F_AVAIL | DESC_F_NEXT);
+            },
+            VringError::LenOverflow,
+        ),
     ];
     for (what, setup, want) in cases {
         let mut r = rig(8, f());
@@ -356,8 +484,15 @@ fn malformed_chains_consume_nothing() {
         assert_eq!(r.ring.base(), FRESH_BASE, "{what}");
     }
     // Indirect descriptors without the feature.
-    let mut r = rig(8, RingFeatures { indirect: false, ..f() });
-    r.driver.post_indirect(&r.mem, TABLES, &[(0x8000, 10, false)]);
+    let mut r = rig(
+        8,
+        RingFeatures {
+            indirect: false,
+            ..f()
+        },
+    );
+    r.driver
+        .post_indirect(&r.mem, TABLES, &[(0x8000, 10, false)]);
     assert_eq!(r.pop(), Err(Stop::Error(VringError::IndirectNotAllowed)));
 }
 
@@ -376,8 +511,16 @@ fn chains_in_flight_never_exceed_the_ring() {
     Driver::put_desc(&r.mem, DESC, 0x8000, 1, 0, DESC_F_USED);
     assert_eq!(r.pop(), Err(Stop::Error(VringError::Loop)));
     // Returning more than was taken is refused, not believed.
-    let elem = UsedElem { head: 0, len: 0, positions: 5, complete: true };
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[elem]), Err(Stop::Error(VringError::BadUsed)));
+    let elem = UsedElem {
+        head: 0,
+        len: 0,
+        positions: 5,
+        complete: true,
+    };
+    assert_eq!(
+        r.ring.add_used(&r.mem, &NoLog, &[elem]),
+        Err(Stop::Error(VringError::BadUsed))
+    );
 }
 
 #[test]
@@ -391,10 +534,23 @@ fn a_batch_returning_more_than_was_taken_stays_unseen() {
         r.post(&[(0x8000, 1, false)]);
         used.push(UsedElem::of(&r.pop().unwrap().unwrap(), 0));
     }
-    let claimed = [used[0], UsedElem { positions: 3, ..used[1] }];
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(Stop::Error(VringError::BadUsed)));
+    let claimed = [
+        used[0],
+        UsedElem {
+            positions: 3,
+            ..used[1]
+        },
+    ];
+    assert_eq!(
+        r.ring.add_used(&r.mem, &NoLog, &claimed),
+        Err(Stop::Error(VringError::BadUsed))
+    );
     // More elements than positions in flight: refused as well.
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &[used[0], used[1], used[1]]), Err(Stop::Error(VringError::BadUsed)));
+    assert_eq!(
+        r.ring
+            .add_used(&r.mem, &NoLog, &[used[0], used[1], used[1]]),
+        Err(Stop::Error(VringError::BadUsed))
+    );
     assert_eq!(r.driver.take_used(&r.mem), None);
     // The ring is where it was: the true batch goes out whole.
     r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
@@ -415,8 +571,14 @@ fn a_batch_returning_more_than_was_taken_stays_unseen() {
     let mut claimed = used.clone();
     claimed[40].positions = 3;
     r.mem.writes.borrow_mut().clear();
-    assert_eq!(r.ring.add_used(&r.mem, &NoLog, &claimed), Err(Stop::Error(VringError::BadUsed)));
-    assert!(!r.mem.writes.borrow().is_empty(), "the run before the chain of three was not written");
+    assert_eq!(
+        r.ring.add_used(&r.mem, &NoLog, &claimed),
+        Err(Stop::Error(VringError::BadUsed))
+    );
+    assert!(
+        !r.mem.writes.borrow().is_empty(),
+        "the run before the chain of three was not written"
+    );
     assert_eq!(r.driver.take_used(&r.mem), None);
     r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
     for elem in &used {
@@ -432,11 +594,29 @@ fn indirect_tables_ignore_reserved_flags() {
     let id = r.driver.post_indirect(&r.mem, TABLES, &bufs);
     let chain = r.pop().unwrap().unwrap();
     // All three entries, though each says NEXT and INDIRECT.
-    assert_eq!((chain.head, chain.positions, chain.readable, chain.writable, chain.readable_len, chain.writable_len), (id, 1, 2, 1, 30, 30));
-    assert_eq!(r.iov[2], Iov { gpa: 0xa000, addr: BASE + 0xa000, len: 30 });
+    assert_eq!(
+        (
+            chain.head,
+            chain.positions,
+            chain.readable,
+            chain.writable,
+            chain.readable_len,
+            chain.writable_len
+        ),
+        (id, 1, 2, 1, 30, 30)
+    );
+    assert_eq!(
+        r.iov[2],
+        Iov {
+            gpa: 0xa000,
+            addr: BASE + 0xa000,
+            len: 30
+        }
+    );
     // Readable after writable inside a table is still refused.
     let mut r = rig(8, f());
-    r.driver.post_indirect(&r.mem, TABLES, &[(0x8000, 10, true), (0x9000, 20, false)]);
+    r.driver
+        .post_indirect(&r.mem, TABLES, &[(0x8000, 10, true), (0x9000, 20, false)]);
     assert_eq!(r.pop(), Err(Stop::Error(VringError::OutAfterIn)));
 }
 
@@ -448,7 +628,13 @@ fn layouts_past_the_end_of_the_64_bit_space_are_refused() {
     // parsers add offsets inside a part to its start (a descriptor ring
     // at 2^64 - 16 overflowed a packed pop).
     let top = |size: u64| 0u64.wrapping_sub(size);
-    let split = |desc, avail, used| RingLayout { num: 8, desc, avail, used, used_log: None };
+    let split = |desc, avail, used| RingLayout {
+        num: 8,
+        desc,
+        avail,
+        used,
+        used_log: None,
+    };
     let (desc, avail, used) = SplitRing::sizes(8, true);
     let fits = |layout| SplitRing::resume(layout, 0, 0, f().into()).is_some();
     assert!(fits(split(DESC, DRIVER, DEVICE)));
@@ -458,7 +644,13 @@ fn layouts_past_the_end_of_the_64_bit_space_are_refused() {
     assert!(fits(split(top(desc + 16), DRIVER, DEVICE)));
     assert!(fits(split(DESC, top(avail + 16), DEVICE)));
     assert!(fits(split(DESC, DRIVER, top(used + 16))));
-    let packed = |desc, driver, device| RingLayout { num: 8, desc, avail: driver, used: device, used_log: None };
+    let packed = |desc, driver, device| RingLayout {
+        num: 8,
+        desc,
+        avail: driver,
+        used: device,
+        used_log: None,
+    };
     let (desc, driver, device) = PackedRing::sizes(8);
     let fits = |layout| PackedRing::resume(layout, None, FRESH_BASE, f().into()).is_some();
     assert!(!fits(packed(top(desc), DRIVER, DEVICE)));
@@ -474,7 +666,11 @@ fn layouts_past_the_end_of_the_64_bit_space_are_refused() {
 fn first_used_flags_are_written_last() {
     let mut r = rig(8, f());
     let mut used = Vec::new();
-    for bufs in [vec![(0x8000, 1, false)], vec![(0x8000, 1, false), (0x9000, 1, false)], vec![(0x8000, 1, false)]] {
+    for bufs in [
+        vec![(0x8000, 1, false)],
+        vec![(0x8000, 1, false), (0x9000, 1, false)],
+        vec![(0x8000, 1, false)],
+    ] {
         r.post(&bufs);
         let chain = r.pop().unwrap().unwrap();
         used.push(UsedElem::of(&chain, 0));
@@ -484,7 +680,10 @@ fn first_used_flags_are_written_last() {
     // One 8-byte store (length, id, flags) per used descriptor, at
     // positions 1 and 3 (the second chain took two), then at 0.
     let entry_at = |index: u64| (DESC + 16 * index + 8, 8usize);
-    assert_eq!(*r.mem.writes.borrow(), vec![entry_at(1), entry_at(3), entry_at(0)]);
+    assert_eq!(
+        *r.mem.writes.borrow(),
+        vec![entry_at(1), entry_at(3), entry_at(0)]
+    );
     for _ in 0..3 {
         assert!(r.driver.take_used(&r.mem).is_some());
     }
@@ -497,7 +696,9 @@ fn event_suppression() {
     let use_one = |r: &mut Rig| {
         r.post(&[(0x8000, 1, false)]);
         let chain = r.pop().unwrap().unwrap();
-        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
+        r.ring
+            .add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)])
+            .unwrap();
         r.driver.take_used(&r.mem).unwrap();
     };
     use_one(&mut r);
@@ -512,10 +713,16 @@ fn event_suppression() {
 
     // With event-idx: an interrupt when the named position is used, across
     // the wrap, and after a whole lap whatever it names.
-    let ev = RingFeatures { event_idx: true, ..f() };
+    let ev = RingFeatures {
+        event_idx: true,
+        ..f()
+    };
     let mut r = rig(8, ev);
     use_one(&mut r);
-    assert!(r.ring.should_notify(&r.mem).unwrap(), "the first check always notifies");
+    assert!(
+        r.ring.should_notify(&r.mem).unwrap(),
+        "the first check always notifies"
+    );
     for round in 0..40 {
         // Ask for the 3rd used descriptor from here.
         r.driver.event_at(&r.mem, 2);
@@ -568,7 +775,11 @@ fn enable_notify_reports_only_new_chains() {
         assert_eq!(r.mem.get_u16(DEVICE + 2), 0);
         r.mem.put_u16(DEVICE + 2, EVENT_FLAG_DISABLE);
         assert!(!r.ring.enable_notify(&r.mem, &NoLog).unwrap());
-        let want_flags = if event_idx { EVENT_FLAG_DESC } else { EVENT_FLAG_ENABLE };
+        let want_flags = if event_idx {
+            EVENT_FLAG_DESC
+        } else {
+            EVENT_FLAG_ENABLE
+        };
         assert_eq!(r.mem.get_u16(DEVICE + 2), want_flags);
         // Flags already in place are not written again.
         r.mem.writes.borrow_mut().clear();
@@ -576,7 +787,14 @@ fn enable_notify_reports_only_new_chains() {
         let want_writes = if event_idx { vec![(DEVICE, 2)] } else { vec![] };
         assert_eq!(*r.mem.writes.borrow(), want_writes);
         r.ring.disable_notify(&r.mem, &NoLog).unwrap();
-        assert_eq!(r.mem.get_u16(DEVICE + 2), if event_idx { EVENT_FLAG_DESC } else { EVENT_FLAG_DISABLE });
+        assert_eq!(
+            r.mem.get_u16(DEVICE + 2),
+            if event_idx {
+                EVENT_FLAG_DESC
+            } else {
+                EVENT_FLAG_DISABLE
+            }
+        );
         r.ring.enable_notify(&r.mem, &NoLog).unwrap();
         // Two chains seen and put back (a packet that needed more
         // buffers): not news.
@@ -584,8 +802,14 @@ fn enable_notify_reports_only_new_chains() {
         r.post(&[(0x8000, 1, true)]);
         let first = r.pop().unwrap().unwrap();
         let second = r.pop().unwrap().unwrap();
-        r.ring.unpop(positions(&[UsedElem::of(&first, 0), UsedElem::of(&second, 0)]));
-        assert!(!r.ring.enable_notify(&r.mem, &NoLog).unwrap(), "event_idx {event_idx}");
+        r.ring.unpop(positions(&[
+            UsedElem::of(&first, 0),
+            UsedElem::of(&second, 0),
+        ]));
+        assert!(
+            !r.ring.enable_notify(&r.mem, &NoLog).unwrap(),
+            "event_idx {event_idx}"
+        );
         if event_idx {
             // The device wants a kick for position 3, lap 1.
             assert_eq!(r.mem.get_u16(DEVICE), 3 | 1 << 15);
@@ -604,7 +828,10 @@ fn ring_writes_are_logged() {
     const DEVICE_LOG: u64 = 0x77_0000;
     const DESC_LOG: u64 = DESC - BASE;
     let mut r = rig(8, f());
-    let logged = RingLayout { used_log: Some(DEVICE_LOG), ..layout(8) };
+    let logged = RingLayout {
+        used_log: Some(DEVICE_LOG),
+        ..layout(8)
+    };
     // Both sides at position 6 of the first lap.
     let base = (6 | 1 << 15) << 16 | 6 | 1 << 15;
     r.ring = PackedRing::resume(logged, Some(DESC_LOG), base, f().into()).unwrap();
@@ -612,22 +839,36 @@ fn ring_writes_are_logged() {
     // Chains at 6-7 and 0: the used span wraps.
     r.post(&[(0x8000, 1, false), (0x9000, 1, false)]);
     r.post(&[(0x8000, 1, false)]);
-    let used: Vec<_> = (0..2).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect();
+    let used: Vec<_> = (0..2)
+        .map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0))
+        .collect();
     let marks = Marks::default();
     r.ring.add_used(&r.mem, &marks, &used).unwrap();
-    assert_eq!(*marks.0.borrow(), vec![(DESC_LOG + 16 * 6, 32), (DESC_LOG, 16)]);
+    assert_eq!(
+        *marks.0.borrow(),
+        vec![(DESC_LOG + 16 * 6, 32), (DESC_LOG, 16)]
+    );
     marks.0.borrow_mut().clear();
     r.ring.enable_notify(&r.mem, &marks).unwrap();
     r.ring.disable_notify(&r.mem, &marks).unwrap();
-    assert_eq!(*marks.0.borrow(), vec![(DEVICE_LOG + 2, 2), (DEVICE_LOG + 2, 2)]);
+    assert_eq!(
+        *marks.0.borrow(),
+        vec![(DEVICE_LOG + 2, 2), (DEVICE_LOG + 2, 2)]
+    );
     // With event-idx, the position the device asks a kick for, then the
     // flags the first time.
-    let ev = RingFeatures { event_idx: true, ..f() };
+    let ev = RingFeatures {
+        event_idx: true,
+        ..f()
+    };
     let mut ring = PackedRing::resume(logged, Some(DESC_LOG), FRESH_BASE, ev.into()).unwrap();
     let marks = Marks::default();
     ring.enable_notify(&r.mem, &marks).unwrap();
     ring.enable_notify(&r.mem, &marks).unwrap();
-    assert_eq!(*marks.0.borrow(), vec![(DEVICE_LOG, 2), (DEVICE_LOG + 2, 2), (DEVICE_LOG, 2)]);
+    assert_eq!(
+        *marks.0.borrow(),
+        vec![(DEVICE_LOG, 2), (DEVICE_LOG + 2, 2), (DEVICE_LOG, 2)]
+    );
     // Without VHOST_VRING_F_LOG nothing is logged, whatever desc_log says.
     let mut ring = PackedRing::resume(layout(8), Some(DESC_LOG), FRESH_BASE, f().into()).unwrap();
     let marks = Marks::default();
@@ -640,7 +881,13 @@ fn ring_writes_are_logged() {
 fn one_sequence_on_both_formats() {
     // The same operations through `Ring` on a split and a packed ring: the
     // data path sees no difference.
-    let split_layout = RingLayout { num: 8, desc: DESC, avail: BASE + 0x10_000, used: BASE + 0x20_000, used_log: None };
+    let split_layout = RingLayout {
+        num: 8,
+        desc: DESC,
+        avail: BASE + 0x10_000,
+        used: BASE + 0x20_000,
+        used_log: None,
+    };
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
     let mut iov = vec![Iov::default(); 16];
@@ -711,26 +958,79 @@ fn pops_through_the_device_iotlb() {
     const IOVA: u64 = 0x1_0000_0000;
     let mut r = rig(8, f());
     let mut tlb = Iotlb::new(vec![Mapping::default(); 8]);
-    tlb.update(IOVA, 0x800, BASE + 0x8000, ACCESS_RO, 1 << 47).unwrap();
+    tlb.update(IOVA, 0x800, BASE + 0x8000, ACCESS_RO, 1 << 47)
+        .unwrap();
     let id = r.post(&[(IOVA + 0x7f0, 0x20, false), (IOVA + 0x2000, 0x40, true)]);
-    let want = Some(TranslateError::Miss { iova: IOVA + 0x800, access: Access::Read });
+    let want = Some(TranslateError::Miss {
+        iova: IOVA + 0x800,
+        access: Access::Read,
+    });
     assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
     assert_eq!(tlb.last_fault(), want);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss), "nothing consumed");
+    assert_eq!(
+        r.ring.pop(&r.mem, &tlb, &mut r.iov),
+        Err(Stop::Miss),
+        "nothing consumed"
+    );
     assert_eq!(tlb.last_fault(), want);
-    tlb.update(IOVA + 0x800, 0x800, BASE + 0x20000, ACCESS_RO | ACCESS_WO, 1 << 47).unwrap();
+    tlb.update(
+        IOVA + 0x800,
+        0x800,
+        BASE + 0x20000,
+        ACCESS_RO | ACCESS_WO,
+        1 << 47,
+    )
+    .unwrap();
     assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
-    assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x2000, access: Access::Write }));
-    tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_RO, 1 << 47).unwrap();
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Error(VringError::AccessDenied)));
-    assert_eq!(tlb.last_fault(), Some(TranslateError::Denied { iova: IOVA + 0x2000, access: Access::Write }));
+    assert_eq!(
+        tlb.last_fault(),
+        Some(TranslateError::Miss {
+            iova: IOVA + 0x2000,
+            access: Access::Write
+        })
+    );
+    tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_RO, 1 << 47)
+        .unwrap();
+    assert_eq!(
+        r.ring.pop(&r.mem, &tlb, &mut r.iov),
+        Err(Stop::Error(VringError::AccessDenied))
+    );
+    assert_eq!(
+        tlb.last_fault(),
+        Some(TranslateError::Denied {
+            iova: IOVA + 0x2000,
+            access: Access::Write
+        })
+    );
     tlb.invalidate(IOVA + 0x2000, 1);
-    tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_WO, 1 << 47).unwrap();
+    tlb.update(IOVA + 0x2000, 0x1000, BASE + 0x28000, ACCESS_WO, 1 << 47)
+        .unwrap();
     let chain = r.ring.pop(&r.mem, &tlb, &mut r.iov).unwrap().unwrap();
     assert_eq!((chain.head, chain.readable, chain.writable), (id, 2, 1));
-    assert_eq!(r.iov[0], Iov { gpa: IOVA + 0x7f0, addr: BASE + 0x87f0, len: 0x10 });
-    assert_eq!(r.iov[1], Iov { gpa: IOVA + 0x800, addr: BASE + 0x20000, len: 0x10 });
-    assert_eq!(r.iov[2], Iov { gpa: IOVA + 0x2000, addr: BASE + 0x28000, len: 0x40 });
+    assert_eq!(
+        r.iov[0],
+        Iov {
+            gpa: IOVA + 0x7f0,
+            addr: BASE + 0x87f0,
+            len: 0x10
+        }
+    );
+    assert_eq!(
+        r.iov[1],
+        Iov {
+            gpa: IOVA + 0x800,
+            addr: BASE + 0x20000,
+            len: 0x10
+        }
+    );
+    assert_eq!(
+        r.iov[2],
+        Iov {
+            gpa: IOVA + 0x2000,
+            addr: BASE + 0x28000,
+            len: 0x40
+        }
+    );
 }
 
 /// A packed ring whose own parts are I/O virtual addresses, read and
@@ -742,8 +1042,15 @@ fn ring_parts_through_the_device_iotlb() {
     use crate::vring::iotlb::{Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
     let mut r = rig(64, f());
     let mut tlb = Iotlb::new(vec![Mapping::default(); 8]);
-    tlb.update(0, MEM as u64, BASE, ACCESS_RO | ACCESS_WO, 1 << 47).unwrap();
-    let iova = RingLayout { num: 64, desc: DESC - BASE, avail: DRIVER - BASE, used: DEVICE - BASE, used_log: None };
+    tlb.update(0, MEM as u64, BASE, ACCESS_RO | ACCESS_WO, 1 << 47)
+        .unwrap();
+    let iova = RingLayout {
+        num: 64,
+        desc: DESC - BASE,
+        avail: DRIVER - BASE,
+        used: DEVICE - BASE,
+        used_log: None,
+    };
     let mut ring = PackedRing::resume(iova, None, FRESH_BASE, f().into()).unwrap();
     let view = Translated::new(&r.mem, &tlb);
     let mut total = 0u64;
@@ -759,10 +1066,16 @@ fn ring_parts_through_the_device_iotlb() {
         }
         let mut used = Vec::new();
         for (id, bufs) in &posted {
-            let chain = ring.pop(&view, &tlb, &mut r.iov).unwrap().expect("a posted chain");
+            let chain = ring
+                .pop(&view, &tlb, &mut r.iov)
+                .unwrap()
+                .expect("a posted chain");
             assert_eq!((chain.head, chain.positions as usize), (*id, bufs.len()));
             for (seg, buf) in r.iov.iter().zip(bufs) {
-                assert_eq!((seg.gpa, seg.addr, seg.len), (buf.0, BASE + buf.0, u64::from(buf.1)));
+                assert_eq!(
+                    (seg.gpa, seg.addr, seg.len),
+                    (buf.0, BASE + buf.0, u64::from(buf.1))
+                );
             }
             used.push(UsedElem::of(&chain, chain.writable_len as u32));
         }
@@ -775,7 +1088,10 @@ fn ring_parts_through_the_device_iotlb() {
     // Unmapping the descriptor ring makes the next look a miss.
     tlb.invalidate(DESC - BASE, 1);
     r.driver.post(&r.mem, &chain_of(1));
-    assert_eq!(ring.pop(&Translated::new(&r.mem, &tlb), &tlb, &mut r.iov), Err(Stop::Miss));
+    assert_eq!(
+        ring.pop(&Translated::new(&r.mem, &tlb), &tlb, &mut r.iov),
+        Err(Stop::Miss)
+    );
 }
 
 /// The packed counterpart of `parse_bench` (a benchmark, ignored by
@@ -788,7 +1104,13 @@ fn ring_parts_through_the_device_iotlb() {
 #[ignore]
 fn parse_bench_packed() {
     let num = 256u16;
-    let mut r = rig(num, RingFeatures { event_idx: true, ..f() });
+    let mut r = rig(
+        num,
+        RingFeatures {
+            event_idx: true,
+            ..f()
+        },
+    );
     let rounds = 20_000u32;
     let mut device = std::time::Duration::ZERO;
     let mut heads = Vec::with_capacity(usize::from(num));
@@ -824,15 +1146,25 @@ fn used_batches_past_one_store_chunk_and_the_ring_end() {
         for _ in 0..100 {
             r.post(&[(0x8000, 1, false)]);
             let chain = r.pop().unwrap().unwrap();
-            r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)]).unwrap();
+            r.ring
+                .add_used(&r.mem, &NoLog, &[UsedElem::of(&chain, 0)])
+                .unwrap();
             assert!(r.driver.take_used(&r.mem).is_some());
         }
         let mut used = Vec::new();
         let mut slots = Vec::new();
         let mut at = 100u64;
         for k in 0..70u64 {
-            let descs = if two_descs { 1 + k % 2 } else if one_of_two && k == 40 { 2 } else { 1 };
-            let bufs: Vec<Buf> = (0..descs).map(|i| (0x8000 + 0x1000 * i, 1, !two_descs)).collect();
+            let descs = if two_descs {
+                1 + k % 2
+            } else if one_of_two && k == 40 {
+                2
+            } else {
+                1
+            };
+            let bufs: Vec<Buf> = (0..descs)
+                .map(|i| (0x8000 + 0x1000 * i, 1, !two_descs))
+                .collect();
             r.post(&bufs);
             let chain = r.pop().unwrap().unwrap();
             let len = if two_descs { 0 } else { (k % 2) as u32 };
@@ -856,8 +1188,17 @@ fn used_batches_past_one_store_chunk_and_the_ring_end() {
 #[test]
 fn stores_outside_their_area_are_refused() {
     let mem = TestMem::new(BASE, MEM);
-    let store = |offset| Store8 { offset, bytes: [1; 8] };
+    let store = |offset| Store8 {
+        offset,
+        bytes: [1; 8],
+    };
     assert_eq!(mem.write_8_each(DESC, 64, &[store(0), store(56)]), Ok(()));
-    assert_eq!(mem.write_8_each(DESC, 64, &[store(57)]), Err(Stop::Error(VringError::Fault)));
-    assert_eq!(mem.write_8_each(DESC, 64, &[store(u32::MAX)]), Err(Stop::Error(VringError::Fault)));
+    assert_eq!(
+        mem.write_8_each(DESC, 64, &[store(57)]),
+        Err(Stop::Error(VringError::Fault))
+    );
+    assert_eq!(
+        mem.write_8_each(DESC, 64, &[store(u32::MAX)]),
+        Err(Stop::Error(VringError::Fault))
+    );
 }

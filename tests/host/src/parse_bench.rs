@@ -8,8 +8,8 @@
 //! Compare builds by running it several times each, interleaved: single
 //! runs spread by a third on the 2-core test machine.
 use crate::testmem::RingFeatures;
-use crate::vring::mem_table::{validate, Region};
 use crate::testmem::{NoLog, TestMem};
+use crate::vring::mem_table::{validate, Region};
 use crate::vring::*;
 
 #[test]
@@ -19,10 +19,27 @@ fn parse_bench() {
     let mem = TestMem::new(BASE, 0x40_0000);
     let mut regions = vec![Region::new(0, 0x40_0000, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let feats = RingFeatures { event_idx: true, indirect: true, notify_on_empty: false, in_order: false };
+    let feats = RingFeatures {
+        event_idx: true,
+        indirect: true,
+        notify_on_empty: false,
+        in_order: false,
+    };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x10_000, BASE + 0x20_000);
     let num = 256u32;
-    let mut ring = SplitRing::resume(RingLayout { num, desc, avail, used, used_log: None }, 0, 0, feats.into()).unwrap();
+    let mut ring = SplitRing::resume(
+        RingLayout {
+            num,
+            desc,
+            avail,
+            used,
+            used_log: None,
+        },
+        0,
+        0,
+        feats.into(),
+    )
+    .unwrap();
     for i in 0..num as u64 {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&(0x8000 + i * 128).to_le_bytes());
@@ -66,17 +83,37 @@ fn parse_bench_iotlb() {
     // prime to 1024), so no two neighbours are contiguous.
     for page in 0..PAGES {
         let owner = BASE + (((page * 389) % PAGES) << 12);
-        tlb.update(IOVA + (page << 12), 0x1000, owner, ACCESS_RW, 1 << 47).unwrap();
+        tlb.update(IOVA + (page << 12), 0x1000, owner, ACCESS_RW, 1 << 47)
+            .unwrap();
     }
     // 1024 more, beyond the ring's pages, so that the table is full.
     for page in PAGES..2048 {
-        tlb.update(IOVA + (page << 12), 0x1000, BASE, ACCESS_RO, 1 << 47).unwrap();
+        tlb.update(IOVA + (page << 12), 0x1000, BASE, ACCESS_RO, 1 << 47)
+            .unwrap();
     }
-    let owner_of = |iova: u64| BASE + ((((iova - IOVA) >> 12) * 389 % PAGES) << 12) + (iova & 0xfff);
-    let feats = RingFeatures { event_idx: true, indirect: true, notify_on_empty: false, in_order: false };
+    let owner_of =
+        |iova: u64| BASE + ((((iova - IOVA) >> 12) * 389 % PAGES) << 12) + (iova & 0xfff);
+    let feats = RingFeatures {
+        event_idx: true,
+        indirect: true,
+        notify_on_empty: false,
+        in_order: false,
+    };
     let (desc, avail, used) = (IOVA + 0x1000, IOVA + 0x10_000, IOVA + 0x20_000);
     let num = 256u32;
-    let mut ring = SplitRing::resume(RingLayout { num, desc, avail, used, used_log: None }, 0, 0, feats.into()).unwrap();
+    let mut ring = SplitRing::resume(
+        RingLayout {
+            num,
+            desc,
+            avail,
+            used,
+            used_log: None,
+        },
+        0,
+        0,
+        feats.into(),
+    )
+    .unwrap();
     for i in 0..num as u64 {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&(IOVA + 0x30_000 + i * 128).to_le_bytes());

@@ -1,10 +1,10 @@
 //! Randomized ring states against the parser: whatever the guest writes,
 //! `pop` must either refuse the ring or return a chain whose every segment
 //! lies inside guest memory, within the iov array, with consistent counts.
-use crate::vring::Stop;
 use crate::testmem::RingFeatures;
 use crate::vring::iotlb::{access_bits, Iotlb, Mapping, Translated, ACCESS_RO, ACCESS_WO};
 use crate::vring::mem_table::{validate, Region, TranslateError};
+use crate::vring::Stop;
 
 use crate::testmem::{NoLog, TestMem};
 use crate::vring::*;
@@ -28,7 +28,11 @@ const MEM: usize = 1 << 20;
 /// The 16 bytes of a descriptor: the split layout puts `flags` then
 /// `next` after the length, the packed layout the `id` then `flags`.
 fn desc_bytes(addr: u64, len: u32, flags: u16, next_or_id: u16, packed: bool) -> [u8; 16] {
-    let (third, fourth) = if packed { (next_or_id, flags) } else { (flags, next_or_id) };
+    let (third, fourth) = if packed {
+        (next_or_id, flags)
+    } else {
+        (flags, next_or_id)
+    };
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&addr.to_le_bytes());
     b[8..12].copy_from_slice(&len.to_le_bytes());
@@ -44,7 +48,13 @@ fn junk_and_tables(r: &mut Rng, mem: &TestMem, ring_bytes: usize, packed: bool) 
     mem.put(BASE + 0x1000, &junk);
     for i in 0..64u64 {
         let flags = [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_INDIRECT][r.below(4) as usize];
-        let b = desc_bytes(r.below(0xc0000), r.below(0x800) as u32, flags, r.below(10) as u16, packed);
+        let b = desc_bytes(
+            r.below(0xc0000),
+            r.below(0x800) as u32,
+            flags,
+            r.below(10) as u16,
+            packed,
+        );
         mem.put(BASE + 0x8000 + 16 * i, &b);
     }
 }
@@ -70,7 +80,15 @@ fn random_buffer(r: &mut Rng) -> (u64, u32) {
 /// Random descriptor flags, chains and indirect ones more likely.
 fn random_flags(r: &mut Rng) -> u16 {
     let wild = r.next() as u16;
-    [0, DESC_F_WRITE, DESC_F_NEXT, DESC_F_NEXT, DESC_F_NEXT | DESC_F_WRITE, DESC_F_INDIRECT, wild][r.below(7) as usize]
+    [
+        0,
+        DESC_F_WRITE,
+        DESC_F_NEXT,
+        DESC_F_NEXT,
+        DESC_F_NEXT | DESC_F_WRITE,
+        DESC_F_INDIRECT,
+        wild,
+    ][r.below(7) as usize]
 }
 
 /// What every accepted chain of either format must be: its head (buffer
@@ -90,7 +108,10 @@ fn check_chain(c: &Chain, num: u32, iov: &[Iov], regions: &[Region]) {
                 && s.addr + s.len <= g.uaddr() + g.size()
                 && s.gpa.checked_sub(g.gpa()) == Some(s.addr - g.uaddr())
         });
-        assert!(inside, "segment {s:?} outside guest memory, or its gpa does not match");
+        assert!(
+            inside,
+            "segment {s:?} outside guest memory, or its gpa does not match"
+        );
     }
 }
 
@@ -98,9 +119,17 @@ fn check_chain(c: &Chain, num: u32, iov: &[Iov], regions: &[Region]) {
 /// same addresses: every 13th page missing, every 5th read-only.
 fn page_iotlb(regions: &[Region]) -> Iotlb<Vec<Mapping>> {
     let mut tlb = Iotlb::new(vec![Mapping::default(); 256]);
-    let pages = regions.iter().flat_map(|g| (g.gpa()..g.gpa() + g.size()).step_by(0x1000).map(move |gpa| (gpa, g.uaddr() + (gpa - g.gpa()))));
+    let pages = regions.iter().flat_map(|g| {
+        (g.gpa()..g.gpa() + g.size())
+            .step_by(0x1000)
+            .map(move |gpa| (gpa, g.uaddr() + (gpa - g.gpa())))
+    });
     for (page, (gpa, uaddr)) in pages.enumerate() {
-        let perm = if page % 5 == 0 { ACCESS_RO } else { ACCESS_RO | ACCESS_WO };
+        let perm = if page % 5 == 0 {
+            ACCESS_RO
+        } else {
+            ACCESS_RO | ACCESS_WO
+        };
         if page % 13 != 7 {
             tlb.update(gpa, 0x1000, uaddr, perm, 1 << 47).unwrap();
         }
@@ -133,27 +162,46 @@ fn compare_with_iotlb(
 ) {
     match via_tlb {
         Ok(Some(c)) => {
-            let Ok(Some(t)) = via_table else { panic!("the IOTLB accepted {c:?}, the table gave {via_table:?}") };
-            assert_eq!((c.head, c.readable_len, c.writable_len, c.positions), (t.head, t.readable_len, t.writable_len, t.positions));
+            let Ok(Some(t)) = via_table else {
+                panic!("the IOTLB accepted {c:?}, the table gave {via_table:?}")
+            };
+            assert_eq!(
+                (c.head, c.readable_len, c.writable_len, c.positions),
+                (t.head, t.readable_len, t.writable_len, t.positions)
+            );
             let (outs, ins) = tlb_iov[..c.readable + c.writable].split_at(c.readable);
             assert_eq!(spans(outs), spans(&table_iov[..t.readable]));
-            assert_eq!(spans(ins), spans(&table_iov[t.readable..t.readable + t.writable]));
+            assert_eq!(
+                spans(ins),
+                spans(&table_iov[t.readable..t.readable + t.writable])
+            );
             for (segments, want) in [(outs, ACCESS_RO), (ins, ACCESS_WO)] {
                 for s in segments.iter().filter(|s| s.len > 0) {
                     let m = tlb.find(s.gpa).expect("a segment outside the IOTLB");
-                    assert!(s.gpa + (s.len - 1) <= m.last() && m.perm() & want != 0, "{s:?} in {m:?}");
+                    assert!(
+                        s.gpa + (s.len - 1) <= m.last() && m.perm() & want != 0,
+                        "{s:?} in {m:?}"
+                    );
                 }
             }
         }
         Ok(None) => assert!(matches!(via_table, Ok(None))),
         Err(Stop::Miss) => {
-            let Some(TranslateError::Miss { iova, .. }) = tlb.last_fault() else { panic!("a miss without its address") };
+            let Some(TranslateError::Miss { iova, .. }) = tlb.last_fault() else {
+                panic!("a miss without its address")
+            };
             assert!(tlb.find(iova).is_none(), "a miss at mapped {iova:#x}");
         }
         Err(Stop::Error(VringError::AccessDenied)) => {
-            let Some(TranslateError::Denied { iova, access }) = tlb.last_fault() else { panic!("a refusal without its address") };
+            let Some(TranslateError::Denied { iova, access }) = tlb.last_fault() else {
+                panic!("a refusal without its address")
+            };
             let m = tlb.find(iova).expect("refused at an unmapped address");
-            assert_eq!(m.perm() & access_bits(access), 0, "refused {access:?} at {iova:#x} in {m:?}");
+            assert_eq!(
+                m.perm() & access_bits(access),
+                0,
+                "refused {access:?} at {iova:#x} in {m:?}"
+            );
         }
         Err(Stop::Error(VringError::TooManySegments)) => {}
         // The IOTLB splits at every page, so it runs out of segments no
@@ -185,7 +233,19 @@ pub fn one_state(seed: u64) -> usize {
     };
     let (desc, avail, used) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x5000);
     let base = r.next() as u16;
-    let mut ring = SplitRing::resume(RingLayout { num, desc, avail, used, used_log: None }, base, base, feats.into()).unwrap();
+    let mut ring = SplitRing::resume(
+        RingLayout {
+            num,
+            desc,
+            avail,
+            used,
+            used_log: None,
+        },
+        base,
+        base,
+        feats.into(),
+    )
+    .unwrap();
     // Random bytes over the descriptor table, an indirect area and the
     // avail ring; then plausible-looking descriptors most of the time.
     junk_and_tables(&mut r, &mem, 0x3000, false);
@@ -202,7 +262,10 @@ pub fn one_state(seed: u64) -> usize {
             mem.put_u16(avail + 4 + 2 * i, r.below(u64::from(num)) as u16);
         }
     }
-    mem.put_u16(avail + 2, base.wrapping_add(r.below(u64::from(num) + 3) as u16));
+    mem.put_u16(
+        avail + 2,
+        base.wrapping_add(r.below(u64::from(num) + 3) as u16),
+    );
     let mut iov = vec![Iov::default(); 1 + r.below(MAX_SEGMENTS as u64) as usize];
     let mut tlb_iov = iov.clone();
     // Built once per thread: every state has the same regions.
@@ -221,26 +284,44 @@ pub fn one_state(seed: u64) -> usize {
         TLB.with(|tlb| {
             let via_tlb = through_tlb.pop(&mem, tlb, &mut tlb_iov);
             if via_tlb.is_err() {
-                assert_eq!(through_tlb.last_avail_idx(), before, "an error through the IOTLB must consume nothing");
+                assert_eq!(
+                    through_tlb.last_avail_idx(),
+                    before,
+                    "an error through the IOTLB must consume nothing"
+                );
             }
             compare_with_iotlb(tlb, &via_table, &iov, &via_tlb, &tlb_iov);
             // Once more with the ring's own parts at their I/O virtual
             // addresses (the IOTLB maps each guest address to itself),
             // read through the IOTLB as the module reads them: the same
             // result, segment for segment.
-            let layout = RingLayout { num, desc: desc - BASE, avail: avail - BASE, used: used - BASE, used_log: None };
-            let mut iova_ring = SplitRing::resume(layout, before, ring.last_used_idx(), feats.into()).unwrap();
+            let layout = RingLayout {
+                num,
+                desc: desc - BASE,
+                avail: avail - BASE,
+                used: used - BASE,
+                used_log: None,
+            };
+            let mut iova_ring =
+                SplitRing::resume(layout, before, ring.last_used_idx(), feats.into()).unwrap();
             let mut iova_iov = vec![Iov::default(); tlb_iov.len()];
             let via_iova = iova_ring.pop(&Translated::new(&mem, tlb), tlb, &mut iova_iov);
             assert_eq!(via_iova, via_tlb, "the ring read through the IOTLB differs");
             if let Ok(Some(c)) = via_iova {
-                assert_eq!(iova_iov[..c.readable + c.writable], tlb_iov[..c.readable + c.writable]);
+                assert_eq!(
+                    iova_iov[..c.readable + c.writable],
+                    tlb_iov[..c.readable + c.writable]
+                );
             }
         });
         match via_table {
             Ok(None) => break,
             Err(_) => {
-                assert_eq!(ring.last_avail_idx(), before, "an error must consume nothing");
+                assert_eq!(
+                    ring.last_avail_idx(),
+                    before,
+                    "an error must consume nothing"
+                );
                 break;
             }
             Ok(Some(c)) => {
@@ -258,7 +339,10 @@ pub fn one_state(seed: u64) -> usize {
 
 #[test]
 fn hundred_thousand_random_ring_states() {
-    let seed = std::env::var("VNR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
+    let seed = std::env::var("VNR_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
     let mut r = Rng(seed);
     let mut chains = 0;
     for _ in 0..100_000 {
@@ -281,17 +365,40 @@ pub fn one_packed_state(seed: u64) -> usize {
         Region::new(0x80000, 0x40000, BASE + 0x80000, 1 << 47).unwrap(),
     ];
     validate(&mut regions, 64).unwrap();
-    let num = if r.below(4) == 0 { 1 + r.below(70) as u32 } else { 1u32 << r.below(6) };
-    let feats = RingFeatures { event_idx: r.below(2) == 1, indirect: r.below(2) == 1, notify_on_empty: r.below(2) == 1, in_order: r.below(2) == 1 };
+    let num = if r.below(4) == 0 {
+        1 + r.below(70) as u32
+    } else {
+        1u32 << r.below(6)
+    };
+    let feats = RingFeatures {
+        event_idx: r.below(2) == 1,
+        indirect: r.below(2) == 1,
+        notify_on_empty: r.below(2) == 1,
+        in_order: r.below(2) == 1,
+    };
     let (desc, driver, device) = (BASE + 0x1000, BASE + 0x3000, BASE + 0x3100);
     // The avail position anywhere; the used one there too, or up to a lap
     // behind (chains someone else took and never returned).
     let avail_at = r.below(u64::from(num)) as u32 | if r.below(2) == 1 { 1 << 15 } else { 0 };
-    let behind = if r.below(4) == 0 { r.below(u64::from(num) + 1) as u32 } else { 0 };
+    let behind = if r.below(4) == 0 {
+        r.below(u64::from(num) + 1) as u32
+    } else {
+        0
+    };
     let (index, lap) = (avail_at & 0x7fff, avail_at & 0x8000);
-    let used_at = if behind <= index { index - behind | lap } else { index + num - behind | (lap ^ 0x8000) };
+    let used_at = if behind <= index {
+        index - behind | lap
+    } else {
+        index + num - behind | (lap ^ 0x8000)
+    };
     let base = used_at << 16 | avail_at;
-    let layout = RingLayout { num, desc, avail: driver, used: device, used_log: None };
+    let layout = RingLayout {
+        num,
+        desc,
+        avail: driver,
+        used: device,
+        used_log: None,
+    };
     let mut ring = PackedRing::resume(layout, None, base, feats.into()).unwrap();
     junk_and_tables(&mut r, &mem, 0x2400, true);
     // Mostly descriptors available in the lap they sit in, so that chains
@@ -301,10 +408,14 @@ pub fn one_packed_state(seed: u64) -> usize {
         let (addr, len) = random_buffer(&mut r);
         let mut flags = random_flags(&mut r);
         if r.below(8) != 0 {
-            flags = flags & !(DESC_F_AVAIL | DESC_F_USED) | if lap { DESC_F_AVAIL } else { DESC_F_USED };
+            flags = flags & !(DESC_F_AVAIL | DESC_F_USED)
+                | if lap { DESC_F_AVAIL } else { DESC_F_USED };
         }
         let id = r.below(u64::from(num) + 2) as u16;
-        mem.put(desc + 16 * u64::from(index), &desc_bytes(addr, len, flags, id, true));
+        mem.put(
+            desc + 16 * u64::from(index),
+            &desc_bytes(addr, len, flags, id, true),
+        );
         index += 1;
         if index == num {
             index = 0;
@@ -325,7 +436,10 @@ pub fn one_packed_state(seed: u64) -> usize {
             Ok(Some(c)) => {
                 check_chain(&c, num, &iov, &regions);
                 in_flight.push(UsedElem::of(&c, 0));
-                assert!(positions(&in_flight) <= num, "more in flight than the ring holds");
+                assert!(
+                    positions(&in_flight) <= num,
+                    "more in flight than the ring holds"
+                );
                 popped += 1;
                 if r.below(3) == 0 {
                     ring.add_used(&mem, &NoLog, &in_flight).unwrap();
@@ -341,7 +455,10 @@ pub fn one_packed_state(seed: u64) -> usize {
 
 #[test]
 fn hundred_thousand_random_packed_ring_states() {
-    let seed = std::env::var("VNR_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
+    let seed = std::env::var("VNR_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
     let mut r = Rng(seed ^ 0x9ac);
     let mut chains = 0;
     for _ in 0..100_000 {

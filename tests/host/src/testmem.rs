@@ -14,7 +14,11 @@ pub struct TestMem {
 
 impl TestMem {
     pub fn new(base: u64, len: usize) -> Self {
-        TestMem { base, buf: RefCell::new(vec![0; len]), writes: RefCell::new(Vec::new()) }
+        TestMem {
+            base,
+            buf: RefCell::new(vec![0; len]),
+            writes: RefCell::new(Vec::new()),
+        }
     }
     fn range(&self, addr: u64, len: usize) -> Result<std::ops::Range<usize>, Stop> {
         let off = addr.checked_sub(self.base).ok_or(VringError::Fault)? as usize;

@@ -1,6 +1,6 @@
 use crate::testmem::RingFeatures;
-use crate::vring::Stop;
 use crate::vring::mem_table::{validate, Region};
+use crate::vring::Stop;
 
 use crate::testmem::{Marks, NoLog, TestMem};
 use crate::vring::split::{need_event, AVAIL_F_NO_INTERRUPT};
@@ -24,8 +24,26 @@ fn rig(num: u32, feats: RingFeatures) -> Rig {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let ring = SplitRing::resume(RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, feats.into()).unwrap();
-    Rig { mem, regions, ring, num: num as u16, iov: vec![Iov::default(); MAX_SEGMENTS] }
+    let ring = SplitRing::resume(
+        RingLayout {
+            num,
+            desc: DESC,
+            avail: AVAIL,
+            used: USED,
+            used_log: None,
+        },
+        0,
+        0,
+        feats.into(),
+    )
+    .unwrap();
+    Rig {
+        mem,
+        regions,
+        ring,
+        num: num as u16,
+        iov: vec![Iov::default(); MAX_SEGMENTS],
+    }
 }
 
 impl Rig {
@@ -49,10 +67,20 @@ impl Rig {
 }
 
 /// Head 0 returned with nothing written.
-const RETURNED: UsedElem = UsedElem { head: 0, len: 0, positions: 1, complete: true };
+const RETURNED: UsedElem = UsedElem {
+    head: 0,
+    len: 0,
+    positions: 1,
+    complete: true,
+};
 
 fn f() -> RingFeatures {
-    RingFeatures { event_idx: false, indirect: true, notify_on_empty: false, in_order: false }
+    RingFeatures {
+        event_idx: false,
+        indirect: true,
+        notify_on_empty: false,
+        in_order: false,
+    }
 }
 
 #[test]
@@ -62,11 +90,36 @@ fn pops_a_chain_and_publishes_used() {
     r.desc(DESC, 1, 0x9000, 200, DESC_F_WRITE, 0);
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
-    assert_eq!((c.head, c.readable, c.writable, c.readable_len, c.writable_len), (0, 1, 1, 100, 200));
-    assert_eq!(r.iov[0], Iov { gpa: 0x8000, addr: BASE + 0x8000, len: 100 });
-    assert_eq!(r.iov[1], Iov { gpa: 0x9000, addr: BASE + 0x9000, len: 200 });
+    assert_eq!(
+        (
+            c.head,
+            c.readable,
+            c.writable,
+            c.readable_len,
+            c.writable_len
+        ),
+        (0, 1, 1, 100, 200)
+    );
+    assert_eq!(
+        r.iov[0],
+        Iov {
+            gpa: 0x8000,
+            addr: BASE + 0x8000,
+            len: 100
+        }
+    );
+    assert_eq!(
+        r.iov[1],
+        Iov {
+            gpa: 0x9000,
+            addr: BASE + 0x9000,
+            len: 200
+        }
+    );
     assert_eq!(r.pop().unwrap(), None);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&c, 200)]).unwrap();
+    r.ring
+        .add_used(&r.mem, &NoLog, &[UsedElem::of(&c, 200)])
+        .unwrap();
     assert_eq!(r.mem.get_u16(USED + 2), 1);
     assert_eq!(r.mem.get(USED + 4, 8), [0, 0, 0, 0, 200, 0, 0, 0]);
 }
@@ -102,18 +155,31 @@ fn indirect_rules() {
     r.desc(DESC, 0, table, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
-    assert_eq!((c.readable, c.writable, c.readable_len, c.writable_len), (1, 1, 10, 20));
+    assert_eq!(
+        (c.readable, c.writable, c.readable_len, c.writable_len),
+        (1, 1, 10, 20)
+    );
     for (len, flags, err) in [
         (24, DESC_F_INDIRECT, VringError::BadIndirectLen),
         (0, DESC_F_INDIRECT, VringError::BadIndirectLen),
-        (32, DESC_F_INDIRECT | DESC_F_NEXT, VringError::IndirectNotAllowed),
+        (
+            32,
+            DESC_F_INDIRECT | DESC_F_NEXT,
+            VringError::IndirectNotAllowed,
+        ),
     ] {
         let mut r = rig(8, f());
         r.desc(DESC, 0, table, len, flags, 1);
         r.avail(0, 0, 1);
         assert_eq!(r.pop(), Err(Stop::Error(err)), "len {len} flags {flags}");
     }
-    let mut r = rig(8, RingFeatures { indirect: false, ..f() });
+    let mut r = rig(
+        8,
+        RingFeatures {
+            indirect: false,
+            ..f()
+        },
+    );
     r.desc(DESC, 0, table, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
     assert_eq!(r.pop(), Err(Stop::Error(VringError::IndirectNotAllowed)));
@@ -148,8 +214,22 @@ fn descriptor_crossing_regions_is_split_per_region() {
     r.avail(0, 0, 1);
     let c = r.pop().unwrap().unwrap();
     assert_eq!(c.readable, 2);
-    assert_eq!(r.iov[0], Iov { gpa: 0xf_fff0, addr: BASE + 0xf_fff0, len: 0x10 });
-    assert_eq!(r.iov[1], Iov { gpa: 0x10_0000, addr: BASE + 0x20_0000, len: 0x10 });
+    assert_eq!(
+        r.iov[0],
+        Iov {
+            gpa: 0xf_fff0,
+            addr: BASE + 0xf_fff0,
+            len: 0x10
+        }
+    );
+    assert_eq!(
+        r.iov[1],
+        Iov {
+            gpa: 0x10_0000,
+            addr: BASE + 0x20_0000,
+            len: 0x10
+        }
+    );
 }
 
 #[test]
@@ -208,7 +288,19 @@ fn too_many_segments() {
 #[test]
 fn indices_wrap_past_65535() {
     let mut r = rig(4, f());
-    r.ring = SplitRing::resume(RingLayout { num: 4, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 65533, 65533, f().into()).unwrap();
+    r.ring = SplitRing::resume(
+        RingLayout {
+            num: 4,
+            desc: DESC,
+            avail: AVAIL,
+            used: USED,
+            used_log: None,
+        },
+        65533,
+        65533,
+        f().into(),
+    )
+    .unwrap();
     r.desc(DESC, 0, 0x8000, 1, 0, 0);
     let mut idx: u16 = 65533;
     for _ in 0..10 {
@@ -216,7 +308,9 @@ fn indices_wrap_past_65535() {
         r.avail(idx.wrapping_sub(1), 0, idx);
         let c = r.pop().unwrap().unwrap();
         assert_eq!(c.head, 0);
-        r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&c, 0)]).unwrap();
+        r.ring
+            .add_used(&r.mem, &NoLog, &[UsedElem::of(&c, 0)])
+            .unwrap();
         assert_eq!(r.mem.get_u16(USED + 2), idx);
     }
     assert_eq!(r.ring.last_avail_idx(), 65533u16.wrapping_add(10));
@@ -225,10 +319,34 @@ fn indices_wrap_past_65535() {
 #[test]
 fn every_ring_size() {
     for shift in 0..=15 {
-        assert!(SplitRing::resume(RingLayout { num: 1 << shift, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_some());
+        assert!(SplitRing::resume(
+            RingLayout {
+                num: 1 << shift,
+                desc: DESC,
+                avail: AVAIL,
+                used: USED,
+                used_log: None
+            },
+            0,
+            0,
+            f().into()
+        )
+        .is_some());
     }
     for n in [0, 3, 6, 65535, 65536, 1 << 20] {
-        assert!(SplitRing::resume(RingLayout { num: n, desc: DESC, avail: AVAIL, used: USED, used_log: None }, 0, 0, f().into()).is_none());
+        assert!(SplitRing::resume(
+            RingLayout {
+                num: n,
+                desc: DESC,
+                avail: AVAIL,
+                used: USED,
+                used_log: None
+            },
+            0,
+            0,
+            f().into()
+        )
+        .is_none());
     }
 }
 
@@ -251,7 +369,10 @@ fn notification_suppression() {
     r.mem.put_u16(AVAIL, 0);
     assert!(r.ring.should_notify(&r.mem).unwrap());
     // With event-idx: only when used_event is crossed.
-    let ev = RingFeatures { event_idx: true, ..f() };
+    let ev = RingFeatures {
+        event_idx: true,
+        ..f()
+    };
     let mut r = rig(8, ev);
     r.ring.add_used(&r.mem, &NoLog, &[RETURNED]).unwrap();
     assert!(r.ring.should_notify(&r.mem).unwrap()); // first one always
@@ -271,7 +392,10 @@ fn notification_suppression() {
     let mut iov = [Iov::default(); 4];
     r.desc(DESC, 0, 0x8000, 1, 0, 0);
     for _ in 0..2 {
-        r.ring.pop(&r.mem, &r.regions[..], &mut iov).unwrap().unwrap();
+        r.ring
+            .pop(&r.mem, &r.regions[..], &mut iov)
+            .unwrap()
+            .unwrap();
     }
     r.ring.unpop(2);
     assert!(!r.ring.enable_notify(&r.mem, &NoLog).unwrap());
@@ -281,7 +405,10 @@ fn notification_suppression() {
     // A guest that moves avail->idx by more than the ring is caught here
     // too, not only by pop.
     r.mem.put_u16(AVAIL + 2, 9);
-    assert_eq!(r.ring.enable_notify(&r.mem, &NoLog), Err(Stop::Error(VringError::AvailJump)));
+    assert_eq!(
+        r.ring.enable_notify(&r.mem, &NoLog),
+        Err(Stop::Error(VringError::AvailJump))
+    );
 }
 
 #[test]
@@ -292,15 +419,31 @@ fn used_ring_writes_are_logged_at_the_log_address() {
     for event_idx in [false, true] {
         let feats = RingFeatures { event_idx, ..f() };
         let mut r = rig(8, feats);
-        let layout = RingLayout { num: 8, desc: DESC, avail: AVAIL, used: USED, used_log: Some(LOG_AT) };
+        let layout = RingLayout {
+            num: 8,
+            desc: DESC,
+            avail: AVAIL,
+            used: USED,
+            used_log: Some(LOG_AT),
+        };
         r.ring = SplitRing::resume(layout, 6, 6, feats.into()).unwrap();
         r.mem.put_u16(AVAIL + 2, 6);
         let marks = Marks::default();
         // Three elements from slot 6: they wrap, so two copies, each logged,
         // then used->idx.
-        let elem = UsedElem { head: 0, len: 1, positions: 1, complete: false };
-        r.ring.add_used(&r.mem, &marks, &[elem, elem, elem]).unwrap();
-        assert_eq!(*marks.0.borrow(), vec![(LOG_AT + 4 + 8 * 6, 16), (LOG_AT + 4, 8), (LOG_AT + 2, 2)]);
+        let elem = UsedElem {
+            head: 0,
+            len: 1,
+            positions: 1,
+            complete: false,
+        };
+        r.ring
+            .add_used(&r.mem, &marks, &[elem, elem, elem])
+            .unwrap();
+        assert_eq!(
+            *marks.0.borrow(),
+            vec![(LOG_AT + 4 + 8 * 6, 16), (LOG_AT + 4, 8), (LOG_AT + 2, 2)]
+        );
         marks.0.borrow_mut().clear();
         r.ring.enable_notify(&r.mem, &marks).unwrap();
         r.ring.disable_notify(&r.mem, &marks).unwrap();
@@ -323,9 +466,19 @@ fn used_ring_writes_are_logged_at_the_log_address() {
 /// A split ring at `base` with `IN_ORDER`, its used ring poisoned so that
 /// the slots the device leaves alone can be told from the ones it wrote.
 fn in_order_rig(num: u32, base: u16, event_idx: bool) -> Rig {
-    let feats = RingFeatures { in_order: true, event_idx, ..f() };
+    let feats = RingFeatures {
+        in_order: true,
+        event_idx,
+        ..f()
+    };
     let mut r = rig(num, feats);
-    let layout = RingLayout { num, desc: DESC, avail: AVAIL, used: USED, used_log: Some(USED - BASE) };
+    let layout = RingLayout {
+        num,
+        desc: DESC,
+        avail: AVAIL,
+        used: USED,
+        used_log: Some(USED - BASE),
+    };
     r.ring = SplitRing::resume(layout, base, base, feats.into()).unwrap();
     for slot in 0..u64::from(num) {
         r.mem.put(USED + 4 + 8 * slot, &[0xee; 8]);
@@ -340,7 +493,14 @@ impl Rig {
         for (i, &len) in lens.iter().enumerate() {
             let slot = first.wrapping_add(i as u16);
             let head = slot % self.num;
-            self.desc(DESC, head, 0x8000 + 0x1000 * u64::from(head), len, if write { DESC_F_WRITE } else { 0 }, 0);
+            self.desc(
+                DESC,
+                head,
+                0x8000 + 0x1000 * u64::from(head),
+                len,
+                if write { DESC_F_WRITE } else { 0 },
+                0,
+            );
             self.avail(slot, head, slot.wrapping_add(1));
         }
     }
@@ -360,8 +520,13 @@ fn in_order_tx_batch_is_one_used_element_at_its_first_slot() {
     // Five TX chains from slot 6 of 8: the batch wraps the used ring.
     let mut r = in_order_rig(8, 6, false);
     r.post_in_order(6, &[60; 5], false);
-    let batch: Vec<UsedElem> = (0..5).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect();
-    assert!(batch.iter().all(|e| e.complete), "a TX chain has no writable byte to report");
+    let batch: Vec<UsedElem> = (0..5)
+        .map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0))
+        .collect();
+    assert!(
+        batch.iter().all(|e| e.complete),
+        "a TX chain has no writable byte to report"
+    );
     let marks = Marks::default();
     r.ring.add_used(&r.mem, &marks, &batch).unwrap();
     // One element, in the batch's first slot, naming its last chain.
@@ -371,7 +536,10 @@ fn in_order_tx_batch_is_one_used_element_at_its_first_slot() {
     }
     // The index counts every chain; the log covers the element and the index.
     assert_eq!(r.mem.get_u16(USED + 2), 11);
-    assert_eq!(*marks.0.borrow(), vec![(USED - BASE + 4 + 8 * 6, 8), (USED - BASE + 2, 2)]);
+    assert_eq!(
+        *marks.0.borrow(),
+        vec![(USED - BASE + 4 + 8 * 6, 8), (USED - BASE + 2, 2)]
+    );
 }
 
 #[test]
@@ -397,7 +565,9 @@ fn in_order_rx_runs_end_at_each_partly_written_buffer() {
     assert_eq!(r.used_slot(3), entry(4, 1000));
     assert_eq!(r.used_slot(4), [0xee; 8]);
     assert_eq!(r.mem.get_u16(USED + 2), 5);
-    r.ring.add_used(&r.mem, &NoLog, &[UsedElem::of(&chains[5], 70)]).unwrap();
+    r.ring
+        .add_used(&r.mem, &NoLog, &[UsedElem::of(&chains[5], 70)])
+        .unwrap();
     assert_eq!(r.used_slot(5), entry(5, 70));
     assert_eq!(r.mem.get_u16(USED + 2), 6);
 }
@@ -406,37 +576,62 @@ fn in_order_rx_runs_end_at_each_partly_written_buffer() {
 fn in_order_used_event_inside_a_skipped_run_still_notifies() {
     let mut r = in_order_rig(16, 0, true);
     r.post_in_order(0, &[60; 8], false);
-    let take = |r: &mut Rig, n: usize| -> Vec<UsedElem> { (0..n).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect() };
+    let take = |r: &mut Rig, n: usize| -> Vec<UsedElem> {
+        (0..n)
+            .map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0))
+            .collect()
+    };
     let batch = take(&mut r, 4);
     r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
-    assert!(r.ring.should_notify(&r.mem).unwrap(), "the first check always notifies");
+    assert!(
+        r.ring.should_notify(&r.mem).unwrap(),
+        "the first check always notifies"
+    );
     // used_event names chain 5, which the next batch (4..8) skips over.
     r.mem.put_u16(AVAIL + 4 + 2 * 16, 5);
     let batch = take(&mut r, 4);
     r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
     assert_eq!(r.used_slot(4), entry(7, 0));
     assert_eq!(r.used_slot(5), [0xee; 8]);
-    assert!(r.ring.should_notify(&r.mem).unwrap(), "used_event 5 lies in 4..8");
+    assert!(
+        r.ring.should_notify(&r.mem).unwrap(),
+        "used_event 5 lies in 4..8"
+    );
     // And one that lies past the batch does not.
     r.post_in_order(8, &[60; 2], false);
     r.mem.put_u16(AVAIL + 4 + 2 * 16, 12);
     let batch = take(&mut r, 2);
     r.ring.add_used(&r.mem, &NoLog, &batch).unwrap();
-    assert!(!r.ring.should_notify(&r.mem).unwrap(), "used_event 12 lies past 8..10");
+    assert!(
+        !r.ring.should_notify(&r.mem).unwrap(),
+        "used_event 12 lies past 8..10"
+    );
 }
 
 #[test]
 fn in_order_fault_publishes_nothing() {
     let mut r = in_order_rig(8, 0, false);
     r.post_in_order(0, &[60; 2], false);
-    let batch: Vec<UsedElem> = (0..2).map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0)).collect();
+    let batch: Vec<UsedElem> = (0..2)
+        .map(|_| UsedElem::of(&r.pop().unwrap().unwrap(), 0))
+        .collect();
     // The used ring moved outside guest memory: the element cannot be
     // written, and the index must not move.
     r.ring = SplitRing::resume(
-        RingLayout { num: 8, desc: DESC, avail: AVAIL, used: BASE + MEM as u64 + 0x1000, used_log: None },
+        RingLayout {
+            num: 8,
+            desc: DESC,
+            avail: AVAIL,
+            used: BASE + MEM as u64 + 0x1000,
+            used_log: None,
+        },
         2,
         0,
-        RingFeatures { in_order: true, ..f() }.into(),
+        RingFeatures {
+            in_order: true,
+            ..f()
+        }
+        .into(),
     )
     .unwrap();
     assert!(r.ring.add_used(&r.mem, &NoLog, &batch).is_err());
@@ -461,25 +656,79 @@ fn pops_through_the_device_iotlb() {
     r.desc(DESC, 0, IOVA + 0x1000, 32, DESC_F_INDIRECT, 0);
     r.avail(0, 0, 1);
     assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
-    assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x1000, access: Access::Read }));
-    tlb.update(IOVA + 0x1000, 0x1000, BASE + 0x5000, ACCESS_RO, 1 << 47).unwrap();
-    tlb.update(IOVA, 0x1000, BASE + 0x9000, ACCESS_RO, 1 << 47).unwrap();
+    assert_eq!(
+        tlb.last_fault(),
+        Some(TranslateError::Miss {
+            iova: IOVA + 0x1000,
+            access: Access::Read
+        })
+    );
+    tlb.update(IOVA + 0x1000, 0x1000, BASE + 0x5000, ACCESS_RO, 1 << 47)
+        .unwrap();
+    tlb.update(IOVA, 0x1000, BASE + 0x9000, ACCESS_RO, 1 << 47)
+        .unwrap();
     // The readable buffer's second half is in the table's mapping: read
     // only, which a readable buffer may be.
     assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Miss));
-    assert_eq!(tlb.last_fault(), Some(TranslateError::Miss { iova: IOVA + 0x3000, access: Access::Write }));
+    assert_eq!(
+        tlb.last_fault(),
+        Some(TranslateError::Miss {
+            iova: IOVA + 0x3000,
+            access: Access::Write
+        })
+    );
     assert_eq!(r.ring.last_avail_idx(), 0);
-    tlb.update(IOVA + 0x3000, 0x1000, BASE + 0x7000, ACCESS_WO, 1 << 47).unwrap();
+    tlb.update(IOVA + 0x3000, 0x1000, BASE + 0x7000, ACCESS_WO, 1 << 47)
+        .unwrap();
     let c = r.ring.pop(&r.mem, &tlb, &mut r.iov).unwrap().unwrap();
-    assert_eq!((c.head, c.readable, c.writable, c.readable_len, c.writable_len), (0, 2, 1, 0x10, 0x100));
-    assert_eq!(r.iov[0], Iov { gpa: IOVA + 0xff8, addr: BASE + 0x9ff8, len: 8 });
-    assert_eq!(r.iov[1], Iov { gpa: IOVA + 0x1000, addr: BASE + 0x5000, len: 8 });
-    assert_eq!(r.iov[2], Iov { gpa: IOVA + 0x3000, addr: BASE + 0x7000, len: 0x100 });
+    assert_eq!(
+        (
+            c.head,
+            c.readable,
+            c.writable,
+            c.readable_len,
+            c.writable_len
+        ),
+        (0, 2, 1, 0x10, 0x100)
+    );
+    assert_eq!(
+        r.iov[0],
+        Iov {
+            gpa: IOVA + 0xff8,
+            addr: BASE + 0x9ff8,
+            len: 8
+        }
+    );
+    assert_eq!(
+        r.iov[1],
+        Iov {
+            gpa: IOVA + 0x1000,
+            addr: BASE + 0x5000,
+            len: 8
+        }
+    );
+    assert_eq!(
+        r.iov[2],
+        Iov {
+            gpa: IOVA + 0x3000,
+            addr: BASE + 0x7000,
+            len: 0x100
+        }
+    );
     // A writable buffer in a read-only mapping is the guest's error.
     r.desc(DESC, 1, IOVA + 0x10, 4, DESC_F_WRITE, 0);
     r.avail(1, 1, 2);
-    assert_eq!(r.ring.pop(&r.mem, &tlb, &mut r.iov), Err(Stop::Error(VringError::AccessDenied)));
-    assert_eq!(tlb.last_fault(), Some(TranslateError::Denied { iova: IOVA + 0x10, access: Access::Write }));
+    assert_eq!(
+        r.ring.pop(&r.mem, &tlb, &mut r.iov),
+        Err(Stop::Error(VringError::AccessDenied))
+    );
+    assert_eq!(
+        tlb.last_fault(),
+        Some(TranslateError::Denied {
+            iova: IOVA + 0x10,
+            access: Access::Write
+        })
+    );
 }
 
 /// One readable descriptor per head `0..n`, each 16 bytes at its own page.
@@ -522,8 +771,19 @@ fn read_ahead_heads_wrap_the_ring_and_survive_unpop() {
     let mut r = rig(u32::from(num), f());
     one_desc_chains(&r, num);
     let start = 65530u16;
-    r.ring = SplitRing::resume(RingLayout { num: u32::from(num), desc: DESC, avail: AVAIL, used: USED, used_log: None }, start, start, f().into())
-        .unwrap();
+    r.ring = SplitRing::resume(
+        RingLayout {
+            num: u32::from(num),
+            desc: DESC,
+            avail: AVAIL,
+            used: USED,
+            used_log: None,
+        },
+        start,
+        start,
+        f().into(),
+    )
+    .unwrap();
     // Eight heads from position 65530: slots 2..8 then 0..2, crossing both
     // the ring's end and the 16-bit wrap.
     let heads: Vec<u16> = (0..num).map(|k| (k * 3) % num).collect();
@@ -554,10 +814,25 @@ fn a_fault_reading_heads_ahead_consumes_nothing() {
     let mem = TestMem::new(BASE, MEM);
     let mut regions = vec![Region::new(0, MEM as u64, BASE, 1 << 47).unwrap()];
     validate(&mut regions, 64).unwrap();
-    let mut ring = SplitRing::resume(RingLayout { num: 8, desc: DESC, avail, used: USED, used_log: None }, 0, 0, f().into()).unwrap();
+    let mut ring = SplitRing::resume(
+        RingLayout {
+            num: 8,
+            desc: DESC,
+            avail,
+            used: USED,
+            used_log: None,
+        },
+        0,
+        0,
+        f().into(),
+    )
+    .unwrap();
     mem.put_u16(avail + 2, 4);
     let mut iov = vec![Iov::default(); MAX_SEGMENTS];
-    assert_eq!(ring.pop(&mem, &regions[..], &mut iov), Err(Stop::Error(VringError::Fault)));
+    assert_eq!(
+        ring.pop(&mem, &regions[..], &mut iov),
+        Err(Stop::Error(VringError::Fault))
+    );
     assert_eq!(ring.last_avail_idx(), 0);
 }
 
@@ -587,7 +862,11 @@ fn single_heads_replace_the_read_ahead_window_across_a_lap_of_the_indices() {
 
 #[test]
 fn segments_from_skips_whole_and_partial_segments() {
-    let seg = |gpa: u64, len: u64| Iov { gpa, addr: gpa + 0x1000_0000, len };
+    let seg = |gpa: u64, len: u64| Iov {
+        gpa,
+        addr: gpa + 0x1000_0000,
+        len,
+    };
     let iov = [seg(0x100, 4), seg(0x200, 0), seg(0x300, 10), seg(0x400, 6)];
     // Inside the first segment.
     let got: Vec<_> = segments_from(&iov, 1).collect();
