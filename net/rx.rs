@@ -16,7 +16,7 @@ use crate::vring::mem_table::Translate;
 use super::datapath::*;
 use crate::net::{MAX_BATCH, MAX_RX_HEADS};
 use crate::tap_glue::worker::Waker;
-use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
+
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::vring::{positions, Stop, UsedElem, UserMemory, VringError};
 use kernel::{
@@ -309,19 +309,11 @@ impl Backend for RxBackend {
         Ok(())
     }
 
-    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, NetError> {
-        struct Run<'r, 'a>(&'r mut ActiveRing<'a, RxBackend>);
-        impl OnRingMemory for Run<'_, '_> {
-            type Output = Result<bool, NetError>;
-            fn run<M: UserMemory, T: Translate + ?Sized>(
-                self,
-                mem: &M,
-                translate: &T,
-            ) -> <Self as OnRingMemory>::Output {
-                handle_rx(self.0, mem, translate)
-            }
-        }
-        let (owner, table, iotlb) = (active.owner, active.mem, active.iotlb);
-        with_ring_memory(owner, table, iotlb, Run(active))
+    fn run<M: UserMemory, T: Translate + ?Sized>(
+        active: &mut ActiveRing<'_, Self>,
+        mem: &M,
+        translate: &T,
+    ) -> Result<bool, NetError> {
+        handle_rx(active, mem, translate)
     }
 }

@@ -17,7 +17,7 @@ use crate::tap_glue::uaccess::OwnerMem;
 use super::datapath::*;
 use crate::net::MAX_BATCH;
 use crate::tap_glue::worker::Waker;
-use crate::vhost::virtqueue::{with_ring_memory, OnRingMemory};
+
 use crate::vhost::virtqueue::{ActiveRing, Backend};
 use crate::vring::{Chain, Iov, UsedElem, UserMemory};
 use kernel::{
@@ -289,19 +289,11 @@ impl Backend for TxBackend {
         Ok(())
     }
 
-    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, NetError> {
-        struct Run<'r, 'a>(&'r mut ActiveRing<'a, TxBackend>);
-        impl OnRingMemory for Run<'_, '_> {
-            type Output = Result<bool, NetError>;
-            fn run<M: UserMemory, T: Translate + ?Sized>(
-                self,
-                mem: &M,
-                translate: &T,
-            ) -> <Self as OnRingMemory>::Output {
-                handle_tx(self.0, mem, translate)
-            }
-        }
-        let (owner, table, iotlb) = (active.owner, active.mem, active.iotlb);
-        with_ring_memory(owner, table, iotlb, Run(active))
+    fn run<M: UserMemory, T: Translate + ?Sized>(
+        active: &mut ActiveRing<'_, Self>,
+        mem: &M,
+        translate: &T,
+    ) -> Result<bool, NetError> {
+        handle_tx(active, mem, translate)
     }
 }

@@ -55,8 +55,9 @@ use crate::vring::mem_table::Region;
 use crate::vring::packed::PackedRing;
 use crate::vring::ring::Ring;
 
+use crate::vring::mem_table::Translate;
 use crate::vring::split::parts_end_below;
-use crate::vring::{Iov, SplitRing, Stop, UsedElem, VringError};
+use crate::vring::{Iov, SplitRing, Stop, UsedElem, UserMemory, VringError};
 mod config;
 mod run;
 
@@ -112,10 +113,16 @@ pub(crate) trait Backend: Send + Sized + Unpin {
     /// Why a run of this backend's data path can stop early.
     type Error: RunError;
 
-    /// Runs the data path once over a running ring. Returns true if it
-    /// stopped because its weight ran out and work remains; an error says
-    /// why it stopped before it was done (see [`RunError`]).
-    fn run(active: &mut ActiveRing<'_, Self>) -> Result<bool, Self::Error>;
+    /// Runs the data path once over a running ring, whose memory is `mem`
+    /// with buffer addresses translated through `translate` (see
+    /// [`with_ring_memory`]). Returns true if it stopped because its weight
+    /// ran out and work remains; an error says why it stopped before it was
+    /// done (see [`RunError`]).
+    fn run<M: UserMemory, T: Translate + ?Sized>(
+        active: &mut ActiveRing<'_, Self>,
+        mem: &M,
+        translate: &T,
+    ) -> Result<bool, Self::Error>;
 }
 
 /// What a run that stopped early leaves the queue to do.

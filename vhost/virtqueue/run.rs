@@ -275,7 +275,19 @@ impl<B: Backend> VqState<B> {
         let Some(active) = active.as_mut() else {
             return false;
         };
-        match B::run(active) {
+        struct RunBackend<'r, 'a, B: Backend>(&'r mut ActiveRing<'a, B>);
+        impl<B: Backend> OnRingMemory for RunBackend<'_, '_, B> {
+            type Output = Result<bool, B::Error>;
+            fn run<M: UserMemory, T: Translate + ?Sized>(
+                self,
+                mem: &M,
+                translate: &T,
+            ) -> Self::Output {
+                B::run(self.0, mem, translate)
+            }
+        }
+        let (owner_mem, table, iotlb) = (active.owner, active.mem, active.iotlb);
+        match with_ring_memory(owner_mem, table, iotlb, RunBackend(active)) {
             Ok(more) => more,
             Err(err) => {
                 self.run_ended(&err, owner);
