@@ -16,9 +16,10 @@
 //! - [`vhost`]: the vhost core any vhost device would share (C's
 //!   `drivers/vhost/vhost.c`): device state and its ioctls, the virtqueue's
 //!   configuration rules and its run, the device IOTLB channel, the ABI;
-//! - [`tap_glue`]: the kernel's C API, the only layer with `bindings::`
-//!   and `unsafe`: tap sockets, eventfds, file polling, workers, user
-//!   memory, the misc nodes, the C shim;
+//! - [`tap_glue`]: the kernel's C API, the only layer that calls C or has
+//!   unsafe code (but for one documented block in the ring layer): tap
+//!   sockets, eventfds, file polling, workers, user memory, the misc nodes,
+//!   the C shim;
 //! - [`vring`]: the `core`-only parsers of guest input (rings, memory
 //!   table, IOTLB, dirty log), host-tested and fuzzed.
 

@@ -85,7 +85,7 @@ const _: () = assert!(core::mem::offset_of!(MemoryRegion, userspace_addr) == 16)
 const _: () = assert!(core::mem::offset_of!(MemoryRegion, flags_padding) == 24);
 
 /// A value of the ioctl ABI, read from and written to userspace as bytes
-/// in the CPU's byte order, field by field: no `unsafe` reinterpretation of
+/// in the CPU's byte order, field by field: no unsafe reinterpretation of
 /// user bytes as a struct.
 pub(crate) trait UserAbi: Sized {
     /// Its size in the ABI.
