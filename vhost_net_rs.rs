@@ -31,24 +31,10 @@ module! {
     license: "GPL",
     // Those of the C vhost_net, so that opening /dev/vhost-net loads this
     // module too where it is installed; only with drop_in=1 does it take
-    // the node (see misc_node.rs).
+    // the node (see misc_node.rs). The parameters (drop_in,
+    // max_mem_regions, max_iotlb_entries) are declared in the C shim, so
+    // that they show under /sys/module/vhost_net_rs/parameters/.
     alias: ["devname:vhost-net", "char-major-10-238"],
-    params: {
-        drop_in: u32 {
-            default: 0,
-            description: "1: also serve /dev/vhost-net (misc minor 238) in place of the C vhost_net, \
-                          which must not be loaded; 0 (default): /dev/vhost-net-rs only",
-        },
-        max_mem_regions: u32 {
-            default: 64,
-            description: "Maximum number of memory regions in VHOST_SET_MEM_TABLE (1..=509, clamped)",
-        },
-        max_iotlb_entries: u32 {
-            default: 2048,
-            description: "Maximum number of device IOTLB entries per queue (1..=32768, clamped); when full, \
-                          an update retires the oldest",
-        },
-    },
 }
 
 mod net;
@@ -58,7 +44,7 @@ mod vring;
 
 use kernel::prelude::*;
 use net::device::{DevNodes, VhostNet};
-use tap_glue::compat;
+use tap_glue::shim;
 use vhost::dev::Limits;
 
 #[pin_data]
@@ -69,13 +55,15 @@ struct VhostNetModule {
 
 impl kernel::InPlaceModule for VhostNetModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        let limits = Limits::new(
-            compat::param(module_parameters::max_mem_regions.value()),
-            compat::param(module_parameters::max_iotlb_entries.value()),
-        );
-        let drop_in: u32 = compat::param(module_parameters::drop_in.value());
+        let (drop_in, mem_regions, iotlb_entries) = shim::params();
+        let limits = Limits::new(mem_regions, iotlb_entries);
+        shim::set_effective_params(limits.mem_regions as u32, limits.iotlb_entries as u32);
         try_pin_init!(Self {
             nodes <- VhostNet::register(limits, drop_in),
+        })
+        .pin_chain(move |_| {
+            shim::announce(drop_in == 1);
+            Ok(())
         })
     }
 }

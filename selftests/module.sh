@@ -18,7 +18,7 @@ modinfo_ok() {
 }
 
 vnr_ktap_start
-ktap_set_plan 11
+ktap_set_plan 13
 if vnr_loaded vhost_net_rs; then
 	vnr_detail "vhost_net_rs was loaded: unloading it first"
 	rmmod vhost_net_rs || vnr_detail "rmmod failed (in use?): insmod below will fail"
@@ -52,6 +52,25 @@ else
 fi
 vnr_check "reload" insmod "$KO"
 vnr_wait_node "$DEV"
+
+# The parameters in effect, clamped, readable under sysfs; and the line the
+# load leaves in the kernel log.
+params_ok() {
+	local p=/sys/module/vhost_net_rs/parameters
+	rmmod vhost_net_rs && insmod "$KO" max_mem_regions=0 max_iotlb_entries=100000 || return 1
+	vnr_wait_node "$DEV"
+	if [ "$(cat $p/max_mem_regions)" != 1 ] || [ "$(cat $p/max_iotlb_entries)" != 32768 ] ||
+		[ "$(cat $p/drop_in)" != 0 ]; then
+		vnr_detail "parameters: $(grep . $p/* 2>&1 | tr '\n' ' ')"
+		return 1
+	fi
+	rmmod vhost_net_rs && insmod "$KO" && vnr_wait_node "$DEV" && [ "$(cat $p/max_mem_regions)" = 64 ]
+}
+vnr_check "params_in_sysfs_clamped" params_ok
+load_line_ok() {
+	dmesg | grep -q "vhost_net_rs: version $(cat "$here/../VERSION") loaded: /dev/vhost-net-rs, max_mem_regions=64, max_iotlb_entries=2048"
+}
+vnr_check "load_message" load_line_ok
 
 # What `make install` put in a scratch root (selftests/preflight.sh, run by
 # selftests/run on the host before the VM) loads by name with modprobe, as

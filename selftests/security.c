@@ -443,4 +443,38 @@ TEST(cve_2026_46320_tx_error_paths_leak_nothing)
 	EXPECT_LT(s1 - s0, 512);
 }
 
+/*
+ * A guest that breaks its rings over and over cannot flood the host's log:
+ * every stopped queue counts in fdinfo and signals its error eventfd, but
+ * the warning that says so is printed once per burst (5 s) for the module.
+ */
+TEST(stopped_queues_warn_once_per_burst)
+{
+	const int rounds = 6;
+	int before, i;
+
+	if (h_on_c_driver())
+		SKIP(return, "the C driver reports a broken ring with pr_debug only");
+	/* Outside the last burst's window, so that this one prints. */
+	sleep(6);
+	before = h_klog_count(" stopped: ");
+	ASSERT_LE(0, before);
+	for (i = 0; i < rounds; i++) {
+		struct h_dev d;
+		struct h_opts o = opts;
+		struct h_vq *v;
+
+		ASSERT_EQ(0, h_setup(&d, &o));
+		v = &d.vq[1];
+		/* A TX chain whose next index is past the ring. */
+		v->vr.desc[0] = (struct vring_desc){ h_buf(&d, 1, 0), 64, VRING_DESC_F_NEXT, 60000 };
+		h_publish(&d, 1, 0);
+		h_kick(&d, 1);
+		EXPECT_TRUE(h_fired(v->err, WAIT_MS));
+		EXPECT_EQ(1, h_fdinfo_u64(&d, "vq1:", "errors="));
+		h_teardown(&d);
+	}
+	EXPECT_EQ(before + 1, h_klog_count(" stopped: "));
+}
+
 TEST_HARNESS_MAIN

@@ -13,7 +13,6 @@
 //!   `kernel::error::code`;
 //! - `kernel::sync::rcu::synchronize_rcu`;
 //! - `EBADFD` in `kernel::error::code`;
-//! - module parameters read by value: 7.2's `value()` returns a reference;
 //! - an owner in the misc device's file operations: without it an open file
 //!   does not pin the module, and `rmmod` unloads it under the file.
 //!   `misc_node.rs` registers every node with its own copy of the
@@ -89,28 +88,4 @@ pub(crate) fn own_fops(fops: &mut kernel::bindings::file_operations) {
     }
     #[cfg(not(vnr_kernel_7_2))]
     let _ = fops;
-}
-
-/// A module parameter's value, as 7.3 returns it (`T`) or 7.2 does (`&T`).
-pub(crate) trait ParamValue<T: Copy> {
-    /// The value itself.
-    fn get(self) -> T;
-}
-
-impl<T: Copy> ParamValue<T> for T {
-    fn get(self) -> T {
-        self
-    }
-}
-
-impl<T: Copy> ParamValue<T> for &T {
-    fn get(self) -> T {
-        *self
-    }
-}
-
-/// Reads a module parameter on either release:
-/// `compat::param(module_parameters::NAME.value())`.
-pub(crate) fn param<T: Copy>(value: impl ParamValue<T>) -> T {
-    value.get()
 }

@@ -132,4 +132,64 @@ extern "C" {
     ) -> c_int;
     pub(crate) fn vnr_rx_ring_unconsume(ring: *mut PtrRing, queue: *mut *mut c_void, n: c_int);
     pub(crate) fn vnr_rx_ptr_len(ptr: *mut c_void) -> c_int;
+
+    // vnr_shim.h: the module's parameters and its rate-limited warning.
+    fn vnr_params(drop_in: *mut c_uint, mem_regions: *mut c_uint, iotlb_entries: *mut c_uint);
+    fn vnr_set_params(mem_regions: c_uint, iotlb_entries: c_uint);
+    fn vnr_warn_queue_stopped(pid: c_int, vq: c_uint, reason: *const c_char, len: c_int);
+    fn vnr_announce(drop_in: bool);
+}
+
+/// Says in the kernel log that the module is loaded: its version, its
+/// nodes (`/dev/vhost-net` too if `drop_in`), and its parameters' values.
+pub(crate) fn announce(drop_in: bool) {
+    // SAFETY: Reads the shim's parameters and prints.
+    unsafe { vnr_announce(drop_in) };
+}
+
+/// The module's parameters as given at load (`drop_in`, `max_mem_regions`,
+/// `max_iotlb_entries`), declared in the C shim so that they show under
+/// `/sys/module/vhost_net_rs/parameters/`.
+pub(crate) fn params() -> (u32, u32, u32) {
+    let (mut drop_in, mut mem_regions, mut iotlb_entries) = (0, 0, 0);
+    // SAFETY: Three valid `unsigned int`s to write.
+    unsafe { vnr_params(&mut drop_in, &mut mem_regions, &mut iotlb_entries) };
+    (drop_in, mem_regions, iotlb_entries)
+}
+
+/// Shows the values the parameters were clamped to under
+/// `/sys/module/vhost_net_rs/parameters/`. Called at load, before any node
+/// exists.
+pub(crate) fn set_effective_params(mem_regions: u32, iotlb_entries: u32) {
+    // SAFETY: Plain stores into the shim's parameters; the sysfs entries
+    // are read-only, and nothing else writes them.
+    unsafe { vnr_set_params(mem_regions, iotlb_entries) };
+}
+
+/// Warns, once per burst of 5 s across the module, that queue `vq`
+/// stopped because of `reason`
+/// (its `Debug` form, cut at 48 bytes). Called from the queue's worker: the
+/// pid is the current process's, the device owner's for a vhost_task.
+pub(crate) fn warn_queue_stopped(vq: u32, reason: &dyn core::fmt::Debug) {
+    struct Buf {
+        bytes: [u8; 48],
+        len: usize,
+    }
+    impl core::fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let n = s.len().min(self.bytes.len() - self.len);
+            self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+            Ok(())
+        }
+    }
+    let mut buf = Buf {
+        bytes: [0; 48],
+        len: 0,
+    };
+    let _ = core::fmt::write(&mut buf, format_args!("{reason:?}"));
+    let pid = kernel::current!().group_leader().pid();
+    // SAFETY: `buf.bytes` is valid for `buf.len` bytes, which `%.*s` reads
+    // at most.
+    unsafe { vnr_warn_queue_stopped(pid, vq, buf.bytes.as_ptr().cast(), buf.len as c_int) };
 }

@@ -10,6 +10,7 @@
 #include <linux/net.h>
 #include <linux/overflow.h>
 #include <linux/ptr_ring.h>
+#include <linux/ratelimit.h>
 #include <linux/sched.h>
 #include <linux/sched/signal.h>
 #include <linux/skbuff.h>
@@ -36,6 +37,59 @@ static inline void tun_wake_queue(struct file *file, int consumed) { }
 
 /* The Rust module! macro has no version field: Kbuild passes VERSION. */
 MODULE_VERSION(VNR_VERSION);
+
+
+/*
+ * The module's parameters. Those of the Rust module! macro of Linux 7.2
+ * and 7.3 get no /sys/module/<name>/parameters/ entry, so an operator could
+ * not read the values in effect: they are declared here, read once by the
+ * Rust side at load (vnr_params()), which writes back the values it
+ * clamped them to (vnr_set_params()); the entries are read-only.
+ */
+static unsigned int drop_in;
+module_param(drop_in, uint, 0444);
+MODULE_PARM_DESC(drop_in, "1: also serve /dev/vhost-net (misc minor 238) in place of the C vhost_net, which must not be loaded; 0 (default): /dev/vhost-net-rs only");
+static unsigned int max_mem_regions = 64;
+module_param(max_mem_regions, uint, 0444);
+MODULE_PARM_DESC(max_mem_regions, "Maximum number of memory regions in VHOST_SET_MEM_TABLE (1..509, clamped)");
+static unsigned int max_iotlb_entries = 2048;
+module_param(max_iotlb_entries, uint, 0444);
+MODULE_PARM_DESC(max_iotlb_entries, "Maximum number of device IOTLB entries per queue (1..32768, clamped); when full, an update retires the oldest");
+
+void vnr_params(unsigned int *drop_in_out, unsigned int *mem_regions, unsigned int *iotlb_entries)
+{
+	*drop_in_out = drop_in;
+	*mem_regions = max_mem_regions;
+	*iotlb_entries = max_iotlb_entries;
+}
+
+void vnr_set_params(unsigned int mem_regions, unsigned int iotlb_entries)
+{
+	max_mem_regions = mem_regions;
+	max_iotlb_entries = iotlb_entries;
+}
+
+void vnr_announce(bool with_drop_in)
+{
+	pr_info("vhost_net_rs: version %s loaded: /dev/vhost-net-rs%s, max_mem_regions=%u, max_iotlb_entries=%u\n",
+		VNR_VERSION, with_drop_in ? " and /dev/vhost-net" : "", max_mem_regions, max_iotlb_entries);
+}
+
+/*
+ * A queue stopped on a guest error: one warning per burst of 5 s for the
+ * module, with the owner's pid, the queue and the reason, so that a guest
+ * that breaks its rings again and again cannot flood the log (the rest are
+ * counted in fdinfo and signalled on the error eventfd). Ratelimit states
+ * are C macros.
+ */
+static DEFINE_RATELIMIT_STATE(vnr_stopped_rs, 5 * HZ, 1);
+
+void vnr_warn_queue_stopped(int pid, unsigned int vq, const char *reason, int len)
+{
+	if (__ratelimit(&vnr_stopped_rs))
+		pr_warn("vhost_net_rs: pid %d vq %u stopped: %.*s; it runs again once userspace resets the ring\n",
+			pid, vq, len, reason);
+}
 
 /*
  * uapi.rs writes the vhost ABI out by hand and asserts the same sizes,

@@ -28,6 +28,11 @@ struct socket;
 struct ptr_ring;
 struct xdp_buff;
 
+void vnr_announce(bool with_drop_in);
+void vnr_params(unsigned int *drop_in, unsigned int *mem_regions, unsigned int *iotlb_entries);
+void vnr_set_params(unsigned int mem_regions, unsigned int iotlb_entries);
+void vnr_warn_queue_stopped(int pid, unsigned int vq, const char *reason, int len);
+
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val);
 int vnr_get_user_u32(const u32 __user *uaddr, u32 *val);
 int vnr_put_user_u16(u16 __user *uaddr, u16 val);

@@ -11,6 +11,7 @@ use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
 use crate::vring::Features;
 
 use super::*;
+use crate::tap_glue::shim::warn_queue_stopped;
 use crate::tap_glue::uaccess::OwnerMem;
 use crate::tap_glue::worker::{should_stop_polling, Waker};
 use crate::vring::iotlb::{self, Miss, Translated};
@@ -311,7 +312,12 @@ impl<B: Backend> VqState<B> {
                     active.ask_for_kick();
                 }
             }
-            Ended::Broken => self.fail(err),
+            Ended::Broken => {
+                // Once per burst for the module: a guest that breaks its
+                // rings again and again cannot flood the log.
+                warn_queue_stopped(self.index, err);
+                self.fail(err);
+            }
         }
     }
 
