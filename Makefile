@@ -61,7 +61,10 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 all: modules
 
 kdir-check:
-	@test -n "$(KDIR)" || { echo "No kernel tree: run 'make setup' (or scripts/setup) first, or pass KDIR=/path/to/linux-build." >&2; exit 1; }
+	@test -n "$(KDIR)" || { echo "No kernel build tree for the running kernel ($$(uname -r)) that can take a Rust module." >&2; \
+		echo "  On a distribution kernel: scripts/distro-kdir $$(uname -r) prepares one (see README.md, Install), then run make again." >&2; \
+		echo "  On your own kernel: make KDIR=/path/to/its/build/tree. Developers: make setup builds the project's test kernel." >&2; \
+		$(ROOT)/scripts/preflight $(RUNNING_KDIR) >/dev/null || true; exit 1; }
 	@$(ROOT)/scripts/preflight --quiet $(KDIR) || $(ROOT)/scripts/preflight $(KDIR)
 
 preflight:

@@ -68,6 +68,9 @@ refused preflight_names_a_rustc_mismatch "same compiler version"
 rm -rf "$tree" && fake_tree "$tree"
 sed -i 's/^CONFIG_TUN=.*/# CONFIG_TUN is not set/' "$tree/.config"
 refused preflight_names_missing_tun "no tun driver"
+rm -rf "$tree" && fake_tree "$tree"
+sed -i 's/^CONFIG_VHOST_TASK=.*/# CONFIG_VHOST_TASK is not set/' "$tree/.config"
+refused preflight_names_missing_vhost_task "no vhost_task support"
 
 version=$(cat VERSION)
 kov=$(modinfo -F version vhost-net-rs.ko 2>/dev/null)
