@@ -13,8 +13,11 @@
 #   make uninstall       remove all of that again
 #   make CLIPPY=1        the same, with clippy lints (must stay warning-free)
 #   make setup           install tools and build the test kernel (scripts/setup)
-#   make check           run every selftest in a VM (the test command)
-#   make demo            build, boot the VM, load the module, show the device
+#   make check           check-docs, then every selftest in a VM (the test command)
+#   make demo            the ping-flood comparison in the VM: vhost-net-rs, C, userspace
+#   make check-docs      check the README's and docs/' claims against the tree (host only)
+#   make results         regenerate results/README.md from the runs it cites
+#   make help            this list
 #   make shell           interactive shell in the test VM
 #   make host-test       cargo unit tests of the ring layer on the host
 #   make rustfmt         format the Rust sources with the kernel's .rustfmt.toml
@@ -22,6 +25,8 @@
 #   make fuzz            fuzz the ring parser for 60 s (FUZZ_SECS=N for longer;
 #                        FUZZ_TARGET=iotlb for the device IOTLB)
 #   make soak MINUTES=N  bidirectional flood with every payload checked
+#   make bench           data-path benchmark: vhost-net-rs, C, userspace (scripts/bench)
+#   make bench-nic       iperf3 by NIC model (scripts/nicbench)
 #   make check-e2e       make check with the whole end-to-end set (14 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make check-distro    build for Debian 13's stock kernel as a Debian user
@@ -56,7 +61,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
 .PHONY: rustfmt rustfmtcheck all modules clean setup check check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
-	kdir-check preflight install-check install uninstall
+	kdir-check preflight install-check install uninstall help check-docs results
 
 all: modules
 
@@ -117,6 +122,7 @@ setup:
 	$(ROOT)/scripts/setup
 
 check:
+	$(ROOT)/scripts/check-docs
 	$(ROOT)/selftests/run
 
 check-e2e:
@@ -157,6 +163,16 @@ fuzz:
 	mkdir -p $(ROOT)/tests/host/fuzz/corpus/$(FUZZ_TARGET)
 	cd $(ROOT)/tests/host/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run $(FUZZ_TARGET) corpus/$(FUZZ_TARGET) -- \
 		-max_total_time=$(FUZZ_SECS)
+
+# The header's list above, which check-docs compares with these rules.
+help:
+	@sed -n '/^#   make/,/^#   make clean/p' $(ROOT)/Makefile | sed 's/^# \{0,1\}//'
+
+check-docs:
+	$(ROOT)/scripts/check-docs
+
+results:
+	$(ROOT)/scripts/results-summary
 
 MINUTES ?= 10
 soak:
