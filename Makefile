@@ -61,7 +61,8 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
 .PHONY: rustfmt rustfmtcheck all modules clean setup check check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
-	kdir-check preflight install-check install uninstall help check-docs results
+	kdir-check preflight install-check install uninstall
+.PHONY: help check-docs results
 
 all: modules
 
