@@ -14,6 +14,9 @@
 #   make CLIPPY=1        the same, with clippy lints (must stay warning-free)
 #   make setup           install tools and build the test kernel (scripts/setup)
 #   make check           check-docs, then every selftest in a VM (the test command)
+#   make quick           the inner loop: build with clippy, host unit tests,
+#                        and one VM boot with the core suites (ABI, data
+#                        path, security) on vhost-net-rs
 #   make demo            the ping-flood comparison in the VM: vhost-net-rs, C, userspace
 #   make check-docs      check the README's and docs/' claims against the tree (host only)
 #   make results         regenerate results/README.md from the runs it cites
@@ -60,7 +63,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: rustfmt rustfmtcheck all modules clean setup check check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
+.PHONY: rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 .PHONY: help check-docs results
 
@@ -125,6 +128,9 @@ setup:
 check:
 	$(ROOT)/scripts/check-docs
 	$(ROOT)/selftests/run
+
+quick:
+	$(ROOT)/selftests/run --quick
 
 check-e2e:
 	VNR_E2E=full $(ROOT)/selftests/run
