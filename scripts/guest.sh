@@ -60,6 +60,11 @@ g_accel() {
 	local f=/tmp/vnr-g-accel d ans=tcg why="no usable /dev/kvm"
 	[ -n "$G_ACCEL_AUTO" ] || { [ -n "${VNR_IN_VM:-}" ] && [ -s $f ] && G_ACCEL_AUTO=$(cat $f); }
 	if [ -z "$G_ACCEL_AUTO" ]; then
+		# A distribution kernel in the test VM has KVM as modules, and
+		# nothing there loads them before /dev/kvm is opened.
+		if [ -n "${VNR_IN_VM:-}" ] && [ ! -e /dev/kvm ]; then
+			modprobe -q kvm_amd 2>/dev/null || modprobe -q kvm_intel 2>/dev/null || true
+		fi
 		if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
 			d=$(mktemp -d /tmp/vnr-kvm-probe.XXXXXX)
 			timeout 30 qemu-system-x86_64 -machine pc -accel kvm -m 128M -nodefaults -display none \
