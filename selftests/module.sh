@@ -90,9 +90,15 @@ modprobe_from_root() {
 	vnr_loaded vhost_net_rs && vnr_wait_node "$DEV" &&
 		[ "$(cat /sys/module/vhost_net_rs/version 2>/dev/null)" = "$(cat "$here/../VERSION")" ]
 }
+# The installed copy, if older than $KO, is an earlier build's
+# (selftests/run --quick and --vm-only do not reinstall it).
+root_ko=$(find "$ROOT_DIR/lib/modules/$(uname -r)" -name 'vhost-net-rs.ko*' 2>/dev/null | head -n 1)
 if [ ! -d "$ROOT_DIR/lib/modules/$(uname -r)" ]; then
 	vnr_skip "modprobe_after_make_install" "no install root for $(uname -r) (selftests/run makes it)"
 	vnr_skip "modprobe_loaded_tun_first" "no install root"
+elif [ "$ROOT_DIR" != / ] && [ -n "$root_ko" ] && [ "$root_ko" -ot "$KO" ]; then
+	vnr_skip "modprobe_after_make_install" "$root_ko is older than $KO (selftests/preflight.sh reinstalls it)"
+	vnr_skip "modprobe_loaded_tun_first" "stale install root"
 elif modprobe_from_root; then
 	vnr_pass "modprobe_after_make_install" "version $(cat /sys/module/vhost_net_rs/version)"
 	if ! tun_dep; then
@@ -109,5 +115,10 @@ else
 	vnr_skip "modprobe_loaded_tun_first" "modprobe failed"
 	vnr_loaded tun || modprobe -q tun 2>/dev/null || insmod "${KDIR:-}/drivers/net/tun.ko" 2>/dev/null
 	vnr_loaded vhost_net_rs || insmod "$KO"
+fi
+# The suites after this one test the module just built, not the installed
+# copy modprobe loaded.
+if [ "$ROOT_DIR" != / ] && vnr_loaded vhost_net_rs && rmmod vhost_net_rs; then
+	insmod "$KO" && vnr_wait_node "$DEV"
 fi
 vnr_ktap_finish
