@@ -32,7 +32,7 @@ module! {
     // Those of the C vhost_net, so that opening /dev/vhost-net loads this
     // module too where it is installed; only with drop_in=1 does it take
     // the node (see misc_node.rs). The parameters (drop_in,
-    // max_mem_regions, max_iotlb_entries) are declared in the C shim, so
+    // max_mem_regions, max_iotlb_entries, workers) are declared in the C shim, so
     // that they show under /sys/module/vhost_net_rs/parameters/.
     alias: ["devname:vhost-net", "char-major-10-238"],
 }
@@ -55,11 +55,15 @@ struct VhostNetModule {
 
 impl kernel::InPlaceModule for VhostNetModule {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        let (drop_in, mem_regions, iotlb_entries) = shim::params();
-        let limits = Limits::new(mem_regions, iotlb_entries);
-        shim::set_effective_params(limits.mem_regions as u32, limits.iotlb_entries as u32);
+        let mut params = shim::params();
+        let limits = Limits::new(params.max_mem_regions, params.max_iotlb_entries);
+        params.max_mem_regions = limits.mem_regions as u32;
+        params.max_iotlb_entries = limits.iotlb_entries as u32;
+        params.workers = VhostNet::workers(params.workers);
+        shim::set_effective_params(&params);
+        let drop_in = params.drop_in;
         try_pin_init!(Self {
-            nodes <- VhostNet::register(limits, drop_in),
+            nodes <- VhostNet::register(limits, drop_in, params.workers),
         })
         .pin_chain(move |_| {
             shim::announce(drop_in == 1);

@@ -34,7 +34,7 @@ use crate::tap_glue::misc_node::{MiscNode, PollableDevice, DYNAMIC_MINOR, VHOST_
 
 use crate::net::{rx::RxBackend, tx::TxBackend, QUEUES, RX_INDEX, TX_INDEX};
 use crate::tap_glue::uaccess::OwnerMem;
-use crate::tap_glue::worker::Worker;
+use crate::tap_glue::worker::{Pair, Worker};
 use crate::vhost::dev::{DevState, Limits};
 use crate::vhost::uapi::*;
 use crate::vhost::uapi::{read_arg, write_arg};
@@ -89,11 +89,22 @@ fn dropin_node(drop_in: u32) -> Result<Option<Pin<KBox<MiscNode<VhostNet>>>>> {
     }
 }
 
-/// The workers of a device with an owner.
-struct Workers {
-    _rx: Worker<VirtQueue<RxBackend>>,
-    _tx: Worker<VirtQueue<TxBackend>>,
+/// The workers of a device with an owner: one for both queues, as in the C
+/// driver (`vhost_dev_set_owner` attaches every queue to the device's one
+/// worker), or, with `workers=2`, one per queue.
+enum Workers {
+    Shared {
+        _both: Worker<Pair<VirtQueue<RxBackend>, VirtQueue<TxBackend>>>,
+    },
+    PerQueue {
+        _rx: Worker<VirtQueue<RxBackend>>,
+        _tx: Worker<VirtQueue<TxBackend>>,
+    },
 }
+
+/// The `workers` module parameter: how many workers a device has. Set once
+/// by [`VhostNet::register`], before any node exists.
+static WORKERS: SetOnce<u32> = SetOnce::new();
 
 /// One open `/dev/vhost-net-rs`.
 ///
@@ -129,23 +140,45 @@ impl Queues for VhostNet {
 }
 
 impl VhostNet {
-    /// Starts a worker per queue, in the owner's address space `mm`: as
+    /// Starts the device's workers (one for both queues, or one per queue
+    /// with `workers=2`), in the owner's address space `mm`: as
     /// vhost_tasks, or as kthreads (`VHOST_FORK_OWNER_KTHREAD`).
     fn start_workers(&self, mm: &ARef<Mm>, fork_owner: u8) -> Result<Workers> {
+        let per_queue = WORKERS.copy() == Some(2);
         Ok(if fork_owner == VHOST_FORK_OWNER_KTHREAD {
             // Kthreads borrow the owner's address space: they need a user
             // reference on it (the C driver's get_task_mm).
             let user = mm.mmget_not_zero().ok_or(EINVAL)?;
-            Workers {
-                _rx: Worker::start_kthread(self.rx.clone(), c"vhost-net-rs-rx", user.clone())?,
-                _tx: Worker::start_kthread(self.tx.clone(), c"vhost-net-rs-tx", user)?,
+            if per_queue {
+                Workers::PerQueue {
+                    _rx: Worker::start_kthread(self.rx.clone(), c"vhost-net-rs-rx", user.clone())?,
+                    _tx: Worker::start_kthread(self.tx.clone(), c"vhost-net-rs-tx", user)?,
+                }
+            } else {
+                Workers::Shared {
+                    _both: Worker::start_kthread(self.pair()?, c"vhost-net-rs", user)?,
+                }
             }
-        } else {
-            Workers {
+        } else if per_queue {
+            Workers::PerQueue {
                 _rx: Worker::start(self.rx.clone(), c"vhost-net-rs-rx")?,
                 _tx: Worker::start(self.tx.clone(), c"vhost-net-rs-tx")?,
             }
+        } else {
+            Workers::Shared {
+                _both: Worker::start(self.pair()?, c"vhost-net-rs")?,
+            }
         })
+    }
+
+    /// Both queues, for one worker: RX first, as the C driver's
+    /// `vhost_run_work_list` runs works in the order they were queued and
+    /// a ping's request reaches the guest before its reply leaves.
+    fn pair(&self) -> Result<Arc<Pair<VirtQueue<RxBackend>, VirtQueue<TxBackend>>>> {
+        Ok(Arc::new(
+            Pair(self.rx.clone(), self.tx.clone()),
+            GFP_KERNEL,
+        )?)
     }
 
     /// `VHOST_NET_SET_BACKEND`: binds queue `index` to a tap (or with fd -1
@@ -197,11 +230,26 @@ impl PinnedDrop for VhostNet {
 }
 
 impl VhostNet {
+    /// The `workers` parameter's value in effect: 1 (one worker for both
+    /// queues) or 2 (one per queue); anything else is taken as 1.
+    pub(crate) fn workers(requested: u32) -> u32 {
+        if requested == 1 || requested == 2 {
+            return requested;
+        }
+        pr_warn!("workers={} is not 1 or 2; using 1\n", requested);
+        1
+    }
+
     /// Registers the device's nodes, with the module's `limits`; `drop_in`
-    /// is the parameter of that name.
-    pub(crate) fn register(limits: Limits, drop_in: u32) -> impl PinInit<DevNodes, Error> {
+    /// and `workers` are the parameters of those names.
+    pub(crate) fn register(
+        limits: Limits,
+        drop_in: u32,
+        workers: u32,
+    ) -> impl PinInit<DevNodes, Error> {
         // Set before the first node exists; `register` runs once, at load.
         LIMITS.populate(limits);
+        WORKERS.populate(workers);
         // The drop-in node first: it is the one that fails in practice
         // (EBUSY while C holds the minor), and nothing may fail after a
         // node is registered, or a file opened in between would outlive

@@ -134,8 +134,8 @@ extern "C" {
     pub(crate) fn vnr_rx_ptr_len(ptr: *mut c_void) -> c_int;
 
     // vnr_shim.h: the module's parameters and its rate-limited warning.
-    fn vnr_params(drop_in: *mut c_uint, mem_regions: *mut c_uint, iotlb_entries: *mut c_uint);
-    fn vnr_set_params(mem_regions: c_uint, iotlb_entries: c_uint);
+    fn vnr_params(params: *mut Params);
+    fn vnr_set_params(params: *const Params);
     fn vnr_warn_queue_stopped(pid: c_int, vq: c_uint, reason: *const c_char, len: c_int);
     fn vnr_announce(drop_in: bool);
 }
@@ -147,23 +147,38 @@ pub(crate) fn announce(drop_in: bool) {
     unsafe { vnr_announce(drop_in) };
 }
 
-/// The module's parameters as given at load (`drop_in`, `max_mem_regions`,
-/// `max_iotlb_entries`), declared in the C shim so that they show under
+/// The module's parameters (`struct vnr_params` in `vnr_shim.h`), declared
+/// in the C shim so that they show under
 /// `/sys/module/vhost_net_rs/parameters/`.
-pub(crate) fn params() -> (u32, u32, u32) {
-    let (mut drop_in, mut mem_regions, mut iotlb_entries) = (0, 0, 0);
-    // SAFETY: Three valid `unsigned int`s to write.
-    unsafe { vnr_params(&mut drop_in, &mut mem_regions, &mut iotlb_entries) };
-    (drop_in, mem_regions, iotlb_entries)
+#[repr(C)]
+pub(crate) struct Params {
+    pub(crate) drop_in: c_uint,
+    pub(crate) max_mem_regions: c_uint,
+    pub(crate) max_iotlb_entries: c_uint,
+    pub(crate) workers: c_uint,
+}
+
+/// The module's parameters as given at load.
+pub(crate) fn params() -> Params {
+    let mut params = Params {
+        drop_in: 0,
+        max_mem_regions: 0,
+        max_iotlb_entries: 0,
+        workers: 0,
+    };
+    // SAFETY: `params` is a valid `struct vnr_params` to write.
+    unsafe { vnr_params(&mut params) };
+    params
 }
 
 /// Shows the values the parameters were clamped to under
 /// `/sys/module/vhost_net_rs/parameters/`. Called at load, before any node
 /// exists.
-pub(crate) fn set_effective_params(mem_regions: u32, iotlb_entries: u32) {
-    // SAFETY: Plain stores into the shim's parameters; the sysfs entries
-    // are read-only, and nothing else writes them.
-    unsafe { vnr_set_params(mem_regions, iotlb_entries) };
+pub(crate) fn set_effective_params(params: &Params) {
+    // SAFETY: `params` is a valid `struct vnr_params` to read; the shim
+    // stores its fields into its parameters, whose sysfs entries are
+    // read-only and which nothing else writes.
+    unsafe { vnr_set_params(params) };
 }
 
 /// Warns, once per burst of 5 s across the module, that queue `vq`

@@ -56,23 +56,29 @@ static unsigned int max_iotlb_entries = 2048;
 module_param(max_iotlb_entries, uint, 0444);
 MODULE_PARM_DESC(max_iotlb_entries, "Maximum number of device IOTLB entries per queue (1..32768, clamped); when full, an update retires the oldest");
 
-void vnr_params(unsigned int *drop_in_out, unsigned int *mem_regions, unsigned int *iotlb_entries)
+static unsigned int workers = 1;
+module_param(workers, uint, 0444);
+MODULE_PARM_DESC(workers, "Worker threads per device: 1 (default), one for both queues, as the C vhost_net; 2: one per queue");
+
+void vnr_params(struct vnr_params *p)
 {
-	*drop_in_out = drop_in;
-	*mem_regions = max_mem_regions;
-	*iotlb_entries = max_iotlb_entries;
+	p->drop_in = drop_in;
+	p->max_mem_regions = max_mem_regions;
+	p->max_iotlb_entries = max_iotlb_entries;
+	p->workers = workers;
 }
 
-void vnr_set_params(unsigned int mem_regions, unsigned int iotlb_entries)
+void vnr_set_params(const struct vnr_params *p)
 {
-	max_mem_regions = mem_regions;
-	max_iotlb_entries = iotlb_entries;
+	max_mem_regions = p->max_mem_regions;
+	max_iotlb_entries = p->max_iotlb_entries;
+	workers = p->workers;
 }
 
 void vnr_announce(bool with_drop_in)
 {
-	pr_info("vhost_net_rs: version %s loaded: /dev/vhost-net-rs%s, max_mem_regions=%u, max_iotlb_entries=%u\n",
-		VNR_VERSION, with_drop_in ? " and /dev/vhost-net" : "", max_mem_regions, max_iotlb_entries);
+	pr_info("vhost_net_rs: version %s loaded: /dev/vhost-net-rs%s, max_mem_regions=%u, max_iotlb_entries=%u, workers=%u\n",
+		VNR_VERSION, with_drop_in ? " and /dev/vhost-net" : "", max_mem_regions, max_iotlb_entries, workers);
 }
 
 /*

@@ -29,8 +29,16 @@ struct ptr_ring;
 struct xdp_buff;
 
 void vnr_announce(bool with_drop_in);
-void vnr_params(unsigned int *drop_in, unsigned int *mem_regions, unsigned int *iotlb_entries);
-void vnr_set_params(unsigned int mem_regions, unsigned int iotlb_entries);
+/* The module's parameters, as the shim declares them (struct Params in shim.rs). */
+struct vnr_params {
+	unsigned int drop_in;
+	unsigned int max_mem_regions;
+	unsigned int max_iotlb_entries;
+	unsigned int workers;
+};
+
+void vnr_params(struct vnr_params *p);
+void vnr_set_params(const struct vnr_params *p);
 void vnr_warn_queue_stopped(int pid, unsigned int vq, const char *reason, int len);
 
 int vnr_get_user_u16(const u16 __user *uaddr, u16 *val);

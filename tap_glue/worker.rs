@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Workers: one kernel thread per virtqueue that runs the queue's data path
-//! when something (a kick, the tap, a requeue) wakes it.
+//! Workers: kernel threads that run virtqueues' data paths when something
+//! (a kick, the tap, a requeue) wakes them. A worker serves one queue, or
+//! several ([`Pair`]): the C driver's model, where `vhost_dev_set_owner`
+//! attaches every queue of a device to the device's one worker, so that
+//! work queued while the worker runs is done in the same wakeup.
 //!
 //! A [`Worker`] is a `vhost_task`, a thread of the owner process sharing its
 //! address space, accounted to it and killed with it (the default,
@@ -122,15 +125,77 @@ pub(crate) fn should_stop_polling() -> bool {
     unsafe { shim::vnr_busy_poll_should_stop() }
 }
 
-/// Work run by a [`Worker`].
+/// Work run by a [`Worker`]: one or more queues, each with its waker.
 pub(crate) trait Work: Send + Sync {
-    /// The waker whose pending flag starts a run.
-    fn waker(&self) -> &Waker;
-    /// Processes pending work. Called in the worker, in process context,
-    /// in the owner's address space (`owner`). Returns true if work remains
-    /// (the weight ran out): the worker then runs again after a chance to
-    /// reschedule.
-    fn run(&self, owner: &OwnerMem) -> bool;
+    /// How many queues the work serves.
+    const QUEUES: usize;
+    /// The waker of queue `i` (below [`Work::QUEUES`]), whose pending flag
+    /// starts a run of that queue.
+    fn waker(&self, i: usize) -> &Waker;
+    /// Processes queue `i`'s pending work. Called in the worker, in process
+    /// context, in the owner's address space (`owner`). Returns true if
+    /// work remains (the weight ran out): the worker then runs it again
+    /// after a chance to reschedule.
+    fn run(&self, i: usize, owner: &OwnerMem) -> bool;
+}
+
+/// Two works served by one worker, in the order `A`, then `B`: the C
+/// driver's one worker per device (`vhost_dev_set_owner` attaches every
+/// queue to it, and `vhost_run_work_list` runs all work queued on it).
+pub(crate) struct Pair<A: Work, B: Work>(pub(crate) Arc<A>, pub(crate) Arc<B>);
+
+impl<A: Work, B: Work> Work for Pair<A, B> {
+    const QUEUES: usize = A::QUEUES + B::QUEUES;
+
+    fn waker(&self, i: usize) -> &Waker {
+        if i < A::QUEUES {
+            self.0.waker(i)
+        } else {
+            self.1.waker(i - A::QUEUES)
+        }
+    }
+
+    fn run(&self, i: usize, owner: &OwnerMem) -> bool {
+        if i < A::QUEUES {
+            self.0.run(i, owner)
+        } else {
+            self.1.run(i - A::QUEUES, owner)
+        }
+    }
+}
+
+/// Runs each of `work`'s queues whose pending flag is set, as C's
+/// `vhost_run_work_list` runs the works it took off the list, with a chance
+/// to reschedule after one whose weight ran out. Returns whether any was
+/// pending. `running` is called once, before the first run.
+///
+/// # Safety
+///
+/// Called by a worker thread in the owner's address space: a vhost_task
+/// (a thread of the owner's process), or a kthread between
+/// `kthread_use_mm` of the owner's `mm` and its unuse.
+unsafe fn run_pending<T: Work>(work: &T, running: impl Fn()) -> bool {
+    let mut ran = false;
+    for i in 0..T::QUEUES {
+        let waker = work.waker(i);
+        if !waker.take_pending() {
+            continue;
+        }
+        if !ran {
+            running();
+            ran = true;
+        }
+        // SAFETY: In the owner's address space, by the caller's contract.
+        let owner = unsafe { OwnerMem::assume() };
+        if work.run(i, &owner) {
+            // The weight ran out: requeue, and let the scheduler in before
+            // the next run, as C's vhost_run_work_list does between works.
+            waker.wake();
+            // SAFETY: Process context, no locks held.
+            unsafe { shim::vnr_cond_resched() };
+        }
+    }
+    ran
 }
 
 /// The thread of a [`Worker`].
@@ -151,7 +216,7 @@ struct KthreadArgs<T: Work> {
     mm: ARef<MmWithUser>,
 }
 
-/// A running thread that services `work`.
+/// A running thread that services `work` (all of its queues).
 ///
 /// # Invariants
 ///
@@ -176,24 +241,16 @@ unsafe extern "C" fn worker_fn<T: Work>(arg: *mut c_void) -> bool {
     // SAFETY: `arg` is the `Arc<T>` payload kept alive by the `Worker` until
     // the task has stopped.
     let work = unsafe { &*arg.cast::<T>() };
-    if !work.waker().take_pending() {
-        return false;
-    }
-    // vhost_task calls us in TASK_INTERRUPTIBLE so that it can sleep when
-    // there is no work; there is, and it may sleep on locks and faults.
-    // SAFETY: Sets the current task's own state, as the C helper does.
-    unsafe { shim::vnr_set_current_running() };
+    let running = || {
+        // vhost_task calls us in TASK_INTERRUPTIBLE so that it can sleep
+        // when there is no work; there is, and it may sleep on locks and
+        // faults.
+        // SAFETY: Sets the current task's own state, as the C helper does.
+        unsafe { shim::vnr_set_current_running() };
+    };
     // SAFETY: A vhost_task is a thread of the owner's process: its `mm` is
     // the owner's for as long as it runs.
-    let owner = unsafe { OwnerMem::assume() };
-    if work.run(&owner) {
-        // The weight ran out: requeue, and let the scheduler in before the
-        // next run, as C's vhost_run_work_list does between works.
-        work.waker().wake();
-        // SAFETY: Process context, no locks held.
-        unsafe { shim::vnr_cond_resched() };
-    }
-    true
+    unsafe { run_pending(work, running) }
 }
 
 /// Called by vhost_task when the owner process is killed.
@@ -232,20 +289,16 @@ unsafe extern "C" fn kthread_fn<T: Work>(arg: *mut c_void) -> c_int {
             unsafe { shim::vnr_set_current_running() };
             break;
         }
-        if !args.work.waker().take_pending() {
-            // SAFETY: Process context, no locks held.
-            unsafe { bindings::schedule() };
-            continue;
-        }
-        // SAFETY: As above.
-        unsafe { shim::vnr_set_current_running() };
+        let running = || {
+            // SAFETY: As above.
+            unsafe { shim::vnr_set_current_running() };
+        };
         // SAFETY: Between `kthread_use_mm` of the owner's `mm` above and
         // its unuse below.
-        let owner = unsafe { OwnerMem::assume() };
-        if args.work.run(&owner) {
-            args.work.waker().wake();
+        let ran = unsafe { run_pending(&*args.work, running) };
+        if !ran {
             // SAFETY: Process context, no locks held.
-            unsafe { shim::vnr_cond_resched() };
+            unsafe { bindings::schedule() };
         }
     }
     // SAFETY: Undoes the use above.
@@ -330,16 +383,18 @@ impl<T: Work> Worker<T> {
     /// Makes the started thread `task` (a kthread if `kthread`) the one
     /// `work`'s waker wakes, and wakes it if a wakeup came first.
     fn publish(work: Arc<T>, thread: Thread<T>, kthread: bool, task: *mut c_void) -> Self {
-        let waker = work.waker();
-        waker.kthread.store(kthread, Relaxed);
-        waker.task.store(task, Release);
-        // A wake that came before the store set `pending` but found no task
-        // to wake; later ones find `pending` set and wake nobody. With the
-        // full barriers here and in that wake's exchange of `pending`,
+        for i in 0..T::QUEUES {
+            let waker = work.waker(i);
+            waker.kthread.store(kthread, Relaxed);
+            waker.task.store(task, Release);
+        }
+        // A wake that came before the stores set `pending` but found no
+        // task to wake; later ones find `pending` set and wake nobody. With
+        // the full barriers here and in that wake's exchange of `pending`,
         // either its load of `task` saw the store above, or this load sees
         // its `pending`.
         crate::tap_glue::compat::smp_mb();
-        if waker.pending.load(Relaxed) {
+        if (0..T::QUEUES).any(|i| work.waker(i).pending.load(Relaxed)) {
             // SAFETY: The thread was started by the caller and is not
             // stopped before the returned `Worker` is dropped.
             unsafe { Waker::wake_task(kthread, task) };
@@ -352,7 +407,12 @@ impl<T: Work> Worker<T> {
 
 impl<T: Work> Drop for Worker<T> {
     fn drop(&mut self) {
-        self.work.waker().task.store(core::ptr::null_mut(), Release);
+        for i in 0..T::QUEUES {
+            self.work
+                .waker(i)
+                .task
+                .store(core::ptr::null_mut(), Release);
+        }
         // Every wake that saw the pointer has returned after this.
         crate::tap_glue::compat::synchronize_rcu();
         match &self.thread {

@@ -356,11 +356,13 @@ impl<B: Backend> VirtQueue<B> {
 }
 
 impl<B: Backend> Work for VirtQueue<B> {
-    fn waker(&self) -> &Waker {
+    const QUEUES: usize = 1;
+
+    fn waker(&self, _i: usize) -> &Waker {
         &self.waker
     }
 
-    fn run(&self, owner: &OwnerMem) -> bool {
+    fn run(&self, _i: usize, owner: &OwnerMem) -> bool {
         self.state.lock().service(owner)
     }
 }
