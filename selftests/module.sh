@@ -57,9 +57,10 @@ vnr_wait_node "$DEV"
 # load leaves in the kernel log.
 params_ok() {
 	local p=/sys/module/vhost_net_rs/parameters
-	rmmod vhost_net_rs && insmod "$KO" max_mem_regions=0 max_iotlb_entries=100000 || return 1
+	rmmod vhost_net_rs && insmod "$KO" max_mem_regions=0 max_iotlb_entries=100000 workers=3 || return 1
 	vnr_wait_node "$DEV"
 	if [ "$(cat $p/max_mem_regions)" != 1 ] || [ "$(cat $p/max_iotlb_entries)" != 32768 ] ||
+		[ "$(cat $p/workers)" != 1 ] ||
 		[ "$(cat $p/drop_in)" != 0 ]; then
 		vnr_detail "parameters: $(grep . $p/* 2>&1 | tr '\n' ' ')"
 		return 1
@@ -68,7 +69,7 @@ params_ok() {
 }
 vnr_check "params_in_sysfs_clamped" params_ok
 load_line_ok() {
-	dmesg | grep -q "vhost_net_rs: version $(cat "$here/../VERSION") loaded: /dev/vhost-net-rs, max_mem_regions=64, max_iotlb_entries=2048"
+	dmesg | grep -q "vhost_net_rs: version $(cat "$here/../VERSION") loaded: /dev/vhost-net-rs, max_mem_regions=64, max_iotlb_entries=2048, workers=1"
 }
 vnr_check "load_message" load_line_ok
 
