@@ -56,9 +56,17 @@ static void run_cycles(struct __test_metadata *_metadata, int configure)
 		before = h_slab_active_bytes();
 		ASSERT_LT(0, before) TH_LOG("cannot read /proc/slabinfo");
 		ASSERT_EQ(0, cycle(dev, 1000, configure));
-		h_settle();
-		after = h_slab_active_bytes();
-		growth = after - before;
+		/* Workers' task structs and the files' RCU-deferred frees
+		 * come back asynchronously: measure again, a second apart,
+		 * while the growth looks like a leak. A leak stays. */
+		for (int again = 0; again < 5; again++) {
+			h_settle();
+			after = h_slab_active_bytes();
+			growth = after - before;
+			if (growth <= limit)
+				break;
+			sleep(1);
+		}
 		TH_LOG("attempt %d: slab %lld -> %lld bytes (%+lld)", attempt, before, after, growth);
 		if (best < 0 || growth < best)
 			best = growth;

@@ -18,7 +18,7 @@ modinfo_ok() {
 }
 
 vnr_ktap_start
-ktap_set_plan 13
+ktap_set_plan 14
 if vnr_loaded vhost_net_rs; then
 	vnr_detail "vhost_net_rs was loaded: unloading it first"
 	rmmod vhost_net_rs || vnr_detail "rmmod failed (in use?): insmod below will fail"
@@ -68,6 +68,20 @@ params_ok() {
 	rmmod vhost_net_rs && insmod "$KO" && vnr_wait_node "$DEV" && [ "$(cat $p/max_mem_regions)" = 64 ]
 }
 vnr_check "params_in_sysfs_clamped" params_ok
+# workers=2 (one worker per queue, the layout before the shared worker):
+# traffic both ways, a queue reset beside the other queue's traffic, and
+# kthread workers.
+workers2_ok() {
+	local p=/sys/module/vhost_net_rs/parameters rc
+	rmmod vhost_net_rs && insmod "$KO" workers=2 && vnr_wait_node "$DEV" &&
+		[ "$(cat $p/workers)" = 2 ] || return 1
+	"$here/build/datapath" -t bulk_100k_each_way -t ring_reset_one_queue_while_the_other_runs \
+		-t kthread_workers -t stop_and_restart_mid_stream >/tmp/vnr-workers2.log 2>&1
+	rc=$?
+	[ $rc = 0 ] || vnr_detail "$(grep -E '^(not ok|# .*Expected)' /tmp/vnr-workers2.log | head -3 | tr '\n' ' ')"
+	rmmod vhost_net_rs && insmod "$KO" && vnr_wait_node "$DEV" && return $rc
+}
+vnr_check "workers_2_carries_traffic" workers2_ok
 load_line_ok() {
 	dmesg | grep -q "vhost_net_rs: version $(cat "$here/../VERSION") loaded: /dev/vhost-net-rs, max_mem_regions=64, max_iotlb_entries=2048, workers=1"
 }
