@@ -50,10 +50,11 @@ G_LOG=
 # have no /dev/kvm, or one that runs a BIOS but hangs in a kernel (as a
 # nested software hypervisor can). A probe decides: the guest kernel boots
 # under KVM without an initramfs, and KVM counts as working if it got as
-# far as its panic for want of a root filesystem within 30 s (QEMU then
-# exits, -no-reboot). In the test VM the answer is kept in /tmp (private
-# to each boot) for every test of the boot; on a
-# host, for this shell. g_accel_why says how it was reached.
+# far as its panic for want of a root filesystem within 90 s (QEMU then
+# exits, -no-reboot, so a working KVM answers in seconds; the margin is for
+# a loaded host, where a working KVM boots slowly). In the
+# test VM the answer is kept in /tmp (private to each boot) for every test
+# of the boot; on a host, for this shell. g_accel_why says how it was reached.
 G_ACCEL_AUTO=
 g_accel() {
 	if [ -n "${G_ACCEL:-}" ]; then echo "$G_ACCEL"; return; fi
@@ -67,13 +68,13 @@ g_accel() {
 		fi
 		if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
 			d=$(mktemp -d /tmp/vnr-kvm-probe.XXXXXX)
-			timeout 30 qemu-system-x86_64 -machine pc -accel kvm -m 128M -nodefaults -display none \
+			timeout 90 qemu-system-x86_64 -machine pc -accel kvm -m 128M -nodefaults -display none \
 				-no-reboot -serial "file:$d/console" -kernel "$G_KERNEL" \
 				-append "console=ttyS0 panic=-1 acpi=off root=/dev/vnr-none" >"$d/qemu" 2>&1
 			if grep -q 'Kernel panic' "$d/console" 2>/dev/null; then
 				ans=kvm why="/dev/kvm booted the guest kernel"
 			else
-				why="/dev/kvm did not boot the guest kernel in 30 s: $(grep -v warning "$d/qemu" | head -c 200 | tr '\n' ' ')"
+				why="/dev/kvm did not boot the guest kernel in 90 s: $(grep -v warning "$d/qemu" | head -c 200 | tr '\n' ' ')"
 			fi
 			rm -rf "$d"
 		fi

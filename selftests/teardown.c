@@ -160,8 +160,16 @@ TEST(open_configure_traffic_close_1000)
 			}
 			h_detach(&d);
 		}
-		h_settle();
-		after = h_slab_active_bytes();
+		/* Workers' task structs and RCU-deferred file frees come
+		 * back asynchronously: measure again, a second apart, while
+		 * the growth looks like a leak. A leak stays. */
+		for (int again = 0; again < 5; again++) {
+			h_settle();
+			after = h_slab_active_bytes();
+			if (after - before <= limit)
+				break;
+			sleep(1);
+		}
 		TH_LOG("attempt %d: slab %lld -> %lld bytes (%+lld)", attempt, before, after,
 		       after - before);
 		if (best < 0 || after - before < best)
