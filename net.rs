@@ -63,6 +63,20 @@ pub(crate) const NET_FEATURES: Features = Features::from_bits(
     // Guests behind a virtual IOMMU: every address is translated through
     // the device IOTLB (`vring/iotlb.rs`, `vhost/device_iotlb.rs`).
     | mask(bit::VIRTIO_F_ACCESS_PLATFORM),
+)
+// GSO over UDP tunnels, in the second word, as C's `vhost_net_bits`
+// offers them: all they ask of vhost is the longer header
+// (`VirtioNetHdr::len_for`); tun segments and checksums. Their `_CSUM`
+// variants change nothing here, and neither C nor QEMU's
+// `kernel_feature_bits` takes them to vhost.
+.with(bit::VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO)
+.with(bit::VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO);
+
+// The `_CSUM` variants are not vhost features: C does not offer them, so a
+// `VHOST_SET_FEATURES_ARRAY` with them is `-EOPNOTSUPP` on both drivers.
+const _: () = assert!(
+    !NET_FEATURES.has(bit::VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO_CSUM)
+        && !NET_FEATURES.has(bit::VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO_CSUM)
 );
 
 /// Why a run of the net data path stopped before it was done.

@@ -44,11 +44,9 @@ pub(crate) struct NetConfig {
 impl NetConfig {
     /// Decodes `features`.
     pub(crate) fn of(features: Features) -> Self {
-        let len = if features.mrg_rxbuf() || features.version_1() {
-            VirtioNetHdr::LEN
-        } else {
-            VirtioNetHdr::LEN_LEGACY
-        };
+        // With UDP-tunnel GSO the tap's header is 24 bytes too: QEMU sets
+        // its TUNSETVNETHDRSZ to the same length.
+        let len = VirtioNetHdr::len_for(features);
         let hdr = if features.vhost_net_hdr() {
             HeaderLens {
                 vhost: len,

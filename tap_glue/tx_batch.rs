@@ -260,10 +260,19 @@ impl TxBatch {
                 };
             }
         }
+        // The whole header goes to the start, where tun reads it
+        // (`tun_xdp_one`): with UDP-tunnel GSO that is all 24 bytes, the
+        // tunnel offsets included, which tun checks.
         // SAFETY: both ranges lie in the fragment; `copy` allows overlap.
         unsafe {
             if sock_hlen == VirtioNetHdr::LEN {
                 core::ptr::copy(buf.as_ptr().add(hdr_at), buf.as_ptr(), VirtioNetHdr::LEN);
+            } else if sock_hlen == VirtioNetHdr::LEN_TUNNEL {
+                core::ptr::copy(
+                    buf.as_ptr().add(hdr_at),
+                    buf.as_ptr(),
+                    VirtioNetHdr::LEN_TUNNEL,
+                );
             } else {
                 core::ptr::copy(buf.as_ptr().add(hdr_at), buf.as_ptr(), sock_hlen);
             }

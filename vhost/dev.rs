@@ -21,6 +21,7 @@ use crate::vhost::device_iotlb::{self, MessageError, MissControl};
 use crate::vhost::uapi::*;
 use crate::vhost::virtqueue::{Backend, MemTable, QueueConfig, VirtQueue};
 use crate::vring::dirty_log::DirtyLog;
+use crate::vring::features::FEATURE_WORDS;
 use crate::vring::iotlb;
 use crate::vring::mem_table::{self, MemError, Region};
 use crate::vring::Features;
@@ -340,7 +341,8 @@ impl<W> DevState<W> {
     }
 
     /// `VHOST_GET_FEATURES_ARRAY`: `offered`, as the count of 64-bit words
-    /// the argument asks for.
+    /// the argument asks for: the words this driver knows, then zeroes
+    /// for any more (C's `clear_user` of the trailing space).
     pub(crate) fn get_features_array(arg: usize, offered: Features) -> Result<isize> {
         let count: u64 = read_arg(arg)?;
         let len = usize::try_from(count)
@@ -349,15 +351,23 @@ impl<W> DevState<W> {
             .ok_or(EFAULT)?;
         let mut writer =
             UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).writer();
+        let words = offered.words();
         for index in 0..count {
-            let word = if index == 0 { offered.bits() } else { 0 };
+            let word = usize::try_from(index)
+                .ok()
+                .and_then(|index| words.get(index))
+                .copied()
+                .unwrap_or(0);
             write_abi(&mut writer, &word)?;
         }
         Ok(0)
     }
 
-    /// `VHOST_SET_FEATURES_ARRAY`: as `VHOST_SET_FEATURES`, with any bit
-    /// beyond the first word `-EOPNOTSUPP`.
+    /// `VHOST_SET_FEATURES_ARRAY`: as `VHOST_SET_FEATURES`, over the words
+    /// this driver knows; a bit in any word past them is `-EOPNOTSUPP`,
+    /// as in C ("not supported by definition"), and so is one it does not
+    /// offer in a word it knows. Words it does not get are zero: a count
+    /// of 1 is `VHOST_SET_FEATURES`.
     pub(crate) fn set_features_array(
         &mut self,
         queues: &dyn Queues,
@@ -371,16 +381,16 @@ impl<W> DevState<W> {
             .ok_or(EFAULT)?;
         let mut reader =
             UserSlice::new(UserPtr::from_addr(arg.checked_add(8).ok_or(EFAULT)?), len).reader();
-        let mut first = 0u64;
+        let mut words = [0u64; FEATURE_WORDS];
         for index in 0..count {
             let word: u64 = read_abi(&mut reader)?;
-            match index {
-                0 => first = word,
-                _ if word != 0 => return Err(errno!(EOPNOTSUPP)),
-                _ => {}
+            match usize::try_from(index).ok().and_then(|i| words.get_mut(i)) {
+                Some(known) => *known = word,
+                None if word != 0 => return Err(errno!(EOPNOTSUPP)),
+                None => {}
             }
         }
-        self.set_features(queues, Features::from_bits(first), offered)
+        self.set_features(queues, Features::from_words(words), offered)
     }
 
     /// `VHOST_SET_BACKEND_FEATURES`: as in C, no owner needed. The v2
@@ -527,9 +537,10 @@ impl<W> DevState<W> {
     pub(crate) fn show(&self, queues: &dyn Queues, m: &SeqFile) {
         seq_print!(
             m,
-            "vhost-net-rs-owner:\t{}\nvhost-net-rs-features:\t{:#x}\nvhost-net-rs-regions:\t{}\n",
+            "vhost-net-rs-owner:\t{}\nvhost-net-rs-features:\t{:#x}\nvhost-net-rs-features-1:\t{:#x}\nvhost-net-rs-regions:\t{}\n",
             u8::from(self.owner.is_some()),
-            self.features.bits(),
+            self.features.words()[0],
+            self.features.words()[1],
             self.nregions
         );
         queues.each(&mut |queue| queue.show(m));

@@ -4,6 +4,13 @@
 //!
 //! `VHOST_SET_FEATURES` stores one [`Features`]; every rule that depends on
 //! a feature asks it by name (`features.event_idx()`), not by testing bits.
+//!
+//! Feature bits run past 63: the UDP-tunnel GSO bits are 65 to 68, in the
+//! second 64-bit word that `VHOST_GET_FEATURES_ARRAY` and
+//! `VHOST_SET_FEATURES_ARRAY` carry. A [`Features`] holds
+//! [`FEATURE_WORDS`] words, as C's `VIRTIO_FEATURES_U64S`
+//! (`include/linux/virtio_features.h`); `VHOST_SET_FEATURES` sets only the
+//! first and clears the second (`virtio_features_from_u64`).
 
 /// Feature bit numbers (`include/uapi/linux/virtio_config.h`,
 /// `virtio_ring.h`, `virtio_net.h`, `vhost.h`).
@@ -21,31 +28,71 @@ pub(crate) mod bit {
     pub(crate) const VIRTIO_F_RING_PACKED: u32 = 34;
     pub(crate) const VIRTIO_F_IN_ORDER: u32 = 35;
     pub(crate) const VIRTIO_F_RING_RESET: u32 = 40;
+    /// The driver can receive GSO packets carried in a UDP tunnel
+    /// (`virtio_net.h`): with it, or [`VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO`], the
+    /// virtio-net header is `struct virtio_net_hdr_v1_hash_tunnel`.
+    pub(crate) const VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO: u32 = 65;
+    /// ...with the outer UDP checksum left to it. Not a vhost feature: it
+    /// does not change the header, and tun does the checksum (C's
+    /// `vhost_net_bits` does not list it, nor QEMU's
+    /// `kernel_feature_bits`).
+    pub(crate) const VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO_CSUM: u32 = 66;
+    /// The device can take GSO packets carried in a UDP tunnel.
+    pub(crate) const VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO: u32 = 67;
+    /// ...with the outer UDP checksum left to it; as
+    /// [`VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO_CSUM`], not a vhost feature.
+    pub(crate) const VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO_CSUM: u32 = 68;
 }
 
-/// Bit `n` as a feature mask.
+/// The 64-bit words of a feature set (`VIRTIO_FEATURES_U64S`): bits
+/// 0 to 127.
+pub(crate) const FEATURE_WORDS: usize = 2;
+
+/// Bit `n` (below 64) as a mask of the first feature word.
 pub(crate) const fn mask(n: u32) -> u64 {
     1u64 << n
 }
 
-/// A set of negotiated feature bits.
+/// A set of negotiated feature bits, [`FEATURE_WORDS`] words of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Features(u64);
+pub(crate) struct Features([u64; FEATURE_WORDS]);
 
 impl Features {
-    /// The features whose bits are set in `bits`.
+    /// The features whose bits are set in `bits`, the first word; none in
+    /// the second (`VHOST_SET_FEATURES`).
     pub(crate) const fn from_bits(bits: u64) -> Self {
-        Self(bits)
+        let mut words = [0; FEATURE_WORDS];
+        words[0] = bits;
+        Self(words)
     }
 
-    /// The features as bits, as `VHOST_GET_FEATURES` reports them.
+    /// The features of the words `words`, the first one first
+    /// (`VHOST_SET_FEATURES_ARRAY`).
+    pub(crate) const fn from_words(words: [u64; FEATURE_WORDS]) -> Self {
+        Self(words)
+    }
+
+    /// The features with bit `n` set as well; `n` must be below 128.
+    pub(crate) const fn with(self, n: u32) -> Self {
+        let mut words = self.0;
+        words[(n / u64::BITS) as usize] |= 1u64 << (n % u64::BITS);
+        Self(words)
+    }
+
+    /// The first word, as `VHOST_GET_FEATURES` reports it.
     pub(crate) const fn bits(self) -> u64 {
+        self.0[0]
+    }
+
+    /// The words, as `VHOST_GET_FEATURES_ARRAY` reports them.
+    pub(crate) const fn words(self) -> [u64; FEATURE_WORDS] {
         self.0
     }
 
     /// Whether feature bit `n` is set.
     pub(crate) const fn has(self, n: u32) -> bool {
-        n < u64::BITS && self.0 & mask(n) != 0
+        let word = (n / u64::BITS) as usize;
+        word < FEATURE_WORDS && self.0[word] & (1u64 << (n % u64::BITS)) != 0
     }
 
     /// `VIRTIO_RING_F_EVENT_IDX`: notifications are suppressed with event
@@ -104,13 +151,35 @@ impl Features {
         self.has(bit::VHOST_NET_F_VIRTIO_NET_HDR)
     }
 
+    /// `VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO` or
+    /// `VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO`: the virtio-net header is the
+    /// tunnel one, in either direction (C's `vhost_net_set_features` tests
+    /// the two alike).
+    pub(crate) const fn udp_tunnel_gso(self) -> bool {
+        self.has(bit::VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO)
+            || self.has(bit::VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO)
+    }
+
     /// The features of `self` that `allowed` does not have.
     pub(crate) const fn beyond(self, allowed: Self) -> Self {
-        Self(self.0 & !allowed.0)
+        let mut words = self.0;
+        let mut i = 0;
+        while i < FEATURE_WORDS {
+            words[i] &= !allowed.0[i];
+            i += 1;
+        }
+        Self(words)
     }
 
     /// Whether no bit is set.
     pub(crate) const fn is_empty(self) -> bool {
-        self.0 == 0
+        let mut i = 0;
+        while i < FEATURE_WORDS {
+            if self.0[i] != 0 {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
 }
