@@ -504,6 +504,244 @@ TEST(gso_64k_mergeable_small_buffers) { gso_case(_metadata, true, false, 256, 51
  * 10-byte legacy header. */
 TEST(gso_64k_big_buffers) { gso_case(_metadata, false, false, 16, H_GSO_LEN + 64, true); }
 
+/*
+ * GSO over UDP tunnels (VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO and
+ * HOST_UDP_TUNNEL_GSO, bits 65 and 67, in the second feature word), as
+ * QEMU 11.1 negotiates them with a Linux 7.3 vhost: the virtio-net header
+ * is struct virtio_net_hdr_v1_hash_tunnel, 24 bytes, in the guest's
+ * buffers and on the tap alike (vhost_net_set_features). A device that
+ * got the length wrong shifts every frame by 12 bytes, one way or the
+ * other. Skips where the device does not offer the bits.
+ */
+#define TNL_BITS	(1ULL << (VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO - 64) | \
+			 1ULL << (VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO - 64))
+#define TNL_OFFLOAD	(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_UDP_TUNNEL_GSO | \
+			 TUN_F_UDP_TUNNEL_GSO_CSUM)
+#define TNL_HDR_LEN	104	/* outer Ethernet, IPv4, UDP, VXLAN; inner Ethernet, IPv4, TCP */
+#define TNL_MSS		1000
+
+static bool tunnel_offered(void)
+{
+	uint64_t arr[3] = { 2, 0, 0 };
+	int fd = open(h_dev_path(), O_RDWR);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = ioctl(fd, VHOST_GET_FEATURES_ARRAY, arr) == 0 && (arr[2] & TNL_BITS) == TNL_BITS;
+	close(fd);
+	return ok;
+}
+
+/* Plain frames both ways, of several lengths and both TX layouts. */
+static void tunnel_header_case(struct __test_metadata *_metadata, bool vhost_hdr)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	size_t lens[] = { 60, 1000, 1514 };
+	unsigned int i;
+
+	if (!tunnel_offered())
+		SKIP(return, "%s does not offer UDP-tunnel GSO", h_dev_path());
+	o.udp_tunnel = true;
+	o.vhost_hdr = vhost_hdr;
+	/* A tap without a vnet header takes no offloads. */
+	o.tap_offload = vhost_hdr ? -1 : TNL_OFFLOAD;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	ASSERT_EQ(24, d.hdr_len);
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		EXPECT_EQ(0, h_run_tx(&d, 200, lens[i], 0)) TH_LOG("tx, %zu bytes", lens[i]);
+		EXPECT_EQ(0, h_run_tx(&d, 200, lens[i], 1)) TH_LOG("tx split, %zu bytes", lens[i]);
+		EXPECT_EQ(0, h_run_rx(&d, 200, lens[i])) TH_LOG("rx, %zu bytes", lens[i]);
+	}
+	h_teardown(&d);
+}
+
+/* The tap adds and strips the header, as with QEMU (TUNSETVNETHDRSZ 24). */
+TEST(udp_tunnel_header_on_the_tap) { tunnel_header_case(_metadata, false); }
+/* vhost adds and strips it (VHOST_NET_F_VIRTIO_NET_HDR): a tap without one. */
+TEST(udp_tunnel_header_by_vhost) { tunnel_header_case(_metadata, true); }
+
+/*
+ * VHOST_SET_FEATURES carries one word and clears the second (C's
+ * virtio_features_from_u64): the header is 12 bytes again from then on, as
+ * a QEMU without the array ioctls would set it.
+ */
+TEST(udp_tunnel_off_by_one_word_set_features)
+{
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	int sz = 12;
+
+	if (!tunnel_offered())
+		SKIP(return, "%s does not offer UDP-tunnel GSO", h_dev_path());
+	o.udp_tunnel = true;
+	o.tap_offload = TNL_OFFLOAD;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	EXPECT_EQ(0, h_run_tx(&d, 50, 500, 0));
+	EXPECT_EQ(0, h_run_rx(&d, 50, 500));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_FEATURES, &d.features));
+	ASSERT_EQ(0, ioctl(d.tap, TUNSETVNETHDRSZ, &sz));
+	ASSERT_EQ(0, ioctl(d.tap, TUNSETOFFLOAD, (unsigned long)(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)));
+	d.features_hi = 0;
+	d.hdr_len = 12;
+	EXPECT_EQ(0, h_run_tx(&d, 50, 500, 0));
+	EXPECT_EQ(0, h_run_rx(&d, 50, 500));
+	h_teardown(&d);
+}
+
+static uint16_t ip_csum(const uint8_t *ip)
+{
+	uint32_t sum = 0;
+	int i;
+
+	for (i = 0; i < 20; i += 2)
+		sum += ip[i] << 8 | ip[i + 1];
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	return htons(~sum & 0xffff);
+}
+
+static void ipv4_hdr(uint8_t *ip, size_t tot, uint8_t proto, const char *addrs)
+{
+	uint16_t t = htons(tot), c;
+
+	memset(ip, 0, 20);
+	ip[0] = 0x45;
+	memcpy(ip + 2, &t, 2);
+	ip[6] = 0x40;		/* DF */
+	ip[8] = 64;
+	ip[9] = proto;
+	memcpy(ip + 12, addrs, 8);
+	c = ip_csum(ip);
+	memcpy(ip + 10, &c, 2);
+}
+
+/* A TCP/IPv4 segment of `len` bytes in all, in VXLAN over UDP/IPv4, as a
+ * guest with tunnel TSO hands it to its NIC for the other side to cut. */
+static void tnl_frame(uint8_t *f, size_t len, uint32_t seq)
+{
+	uint8_t *udp = f + 34, *in = f + 50, *tcp = f + 84;
+	uint16_t ulen = htons(len - 34), sport = htons(49152 + seq % 1000), vx = htons(4789);
+	uint32_t nseq = htonl(seq);
+	size_t i;
+
+	memcpy(f, "\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00", 14);
+	ipv4_hdr(f + 14, len - 14, 17, "\x0a\xd6\x00\x01\x0a\xd6\x00\x02");
+	memset(udp, 0, 16);
+	memcpy(udp, &sport, 2);
+	memcpy(udp + 2, &vx, 2);
+	memcpy(udp + 4, &ulen, 2);
+	udp[8] = 0x08;		/* VXLAN: VNI valid */
+	udp[14] = 42;		/* VNI 42 */
+	memcpy(in, "\x02\x00\x00\x00\x01\x02\x02\x00\x00\x00\x01\x01\x08\x00", 14);
+	ipv4_hdr(in + 14, len - 64, 6, "\x0a\xd7\x00\x01\x0a\xd7\x00\x02");
+	memset(tcp, 0, 20);
+	memcpy(tcp, "\x9c\x40\x13\x89", 4);	/* 40000 -> 5001 */
+	memcpy(tcp + 4, &nseq, 4);
+	tcp[12] = 0x50;
+	tcp[13] = 0x18;		/* PSH ACK */
+	tcp[14] = 0xff;
+	for (i = TNL_HDR_LEN; i < len; i++)
+		f[i] = (uint8_t)(seq * 7 + i + (i >> 8));
+}
+
+/* Its header: TCPV4 GSO in a UDPv4 tunnel, the inner TCP checksum to fill,
+ * and the tunnel offsets tun checks (virtio_net_hdr_tnl_to_skb). */
+static struct virtio_net_hdr_v1_hash_tunnel tnl_hdr(uint16_t outer_th, uint16_t inner_nh)
+{
+	struct virtio_net_hdr_v1_hash_tunnel h = { 0 };
+
+	h.hash_hdr.hdr.flags = VIRTIO_NET_HDR_F_NEEDS_CSUM;
+	h.hash_hdr.hdr.gso_type = VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4;
+	h.hash_hdr.hdr.hdr_len = TNL_HDR_LEN;
+	h.hash_hdr.hdr.gso_size = TNL_MSS;
+	h.hash_hdr.hdr.csum_start = 84;
+	h.hash_hdr.hdr.csum_offset = 16;
+	h.outer_th_offset = outer_th;
+	h.inner_nh_offset = inner_nh;
+	return h;
+}
+
+/* One guest TX of the tunnelled frame (seq, len) with header `h`; returns
+ * the length of what the IPv4 socket `s` saw of it (the frame whole, as
+ * the tap took it: unsegmented), -ETIMEDOUT if nothing. The chain is used
+ * either way. */
+static ssize_t tnl_tx(struct __test_metadata *_metadata, struct h_dev *d, int s, uint32_t seq,
+		      size_t len, const struct virtio_net_hdr_v1_hash_tunnel *h, uint8_t *got,
+		      size_t cap, int wait_ms)
+{
+	struct h_vq *v = &d->vq[1];
+	uint16_t head = v->avail_idx % v->num;
+	uint64_t buf = h_buf(d, 1, head);
+	uint8_t *p = h_ptr(d, buf);
+	struct pollfd pf = { .fd = s, .events = POLLIN };
+	ssize_t n;
+
+	memcpy(p, h, sizeof(*h));
+	tnl_frame(p + sizeof(*h), len, seq);
+	v->vr.desc[head] = (struct vring_desc){ buf, sizeof(*h) + len, 0, 0 };
+	h_publish(d, 1, head);
+	h_kick(d, 1);
+	while ((n = recv(s, got, cap, MSG_TRUNC)) < 0 && errno == EAGAIN)
+		if (poll(&pf, 1, wait_ms) != 1) {
+			n = -ETIMEDOUT;
+			break;
+		}
+	if (h_wait_used(d, 1, 1, WAIT_MS)) {
+		TH_LOG("tunnel tx: frame %u: chain never used", seq);
+		return -EIO;
+	}
+	h_take_used(d, 1);
+	return n;
+}
+
+/*
+ * Guest TX of tunnelled TCP GSO frames: ones that fit a page (the batched
+ * path, vhost_net_build_xdp) and ones that do not (one sendmsg each), seen
+ * whole on the tap. Then a frame whose inner network header lies inside the
+ * outer UDP header: tun drops it (virtio_net_hdr_tnl_to_skb: inner_nh <
+ * outer_th + sizeof(struct udphdr)), on either driver, and the queue goes on.
+ */
+TEST(udp_tunnel_gso_tx)
+{
+	static uint8_t want[32768], got[32768 + 64];
+	struct virtio_net_hdr_v1_hash_tunnel good = tnl_hdr(34, 64), bad = tnl_hdr(34, 40);
+	size_t lens[] = { TNL_HDR_LEN + 2 * TNL_MSS + 300, TNL_HDR_LEN + 20 * TNL_MSS + 300 };
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	uint32_t seq = 0;
+	unsigned int i, k;
+	ssize_t n;
+	int s;
+
+	if (!tunnel_offered())
+		SKIP(return, "%s does not offer UDP-tunnel GSO", h_dev_path());
+	o.udp_tunnel = true;
+	o.tap_offload = TNL_OFFLOAD;
+	o.tx_buf = 32768;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	/* IPv4 frames, no virtio header: AF_PACKET has none for tunnels. */
+	s = h_packet_socket(&d, ETH_P_IP, false);
+	ASSERT_LE(0, s) TH_LOG("ipv4 socket: %s", strerror(-s));
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		for (k = 0; k < 20; k++, seq++) {
+			n = tnl_tx(_metadata, &d, s, seq, lens[i], &good, got, sizeof(got), WAIT_MS);
+			ASSERT_EQ((ssize_t)lens[i], n) TH_LOG("frame %u of %zu bytes", seq, lens[i]);
+			tnl_frame(want, lens[i], seq);
+			ASSERT_EQ(0, memcmp(got, want, lens[i])) TH_LOG("frame %u corrupt", seq);
+		}
+		/* Bad offsets: dropped by tun; not seen within a second. */
+		n = tnl_tx(_metadata, &d, s, seq++, lens[i], &bad, got, sizeof(got), 1000);
+		EXPECT_EQ(-ETIMEDOUT, n) TH_LOG("a tunnel header with bad offsets got through");
+		n = tnl_tx(_metadata, &d, s, seq, lens[i], &good, got, sizeof(got), WAIT_MS);
+		EXPECT_EQ((ssize_t)lens[i], n) TH_LOG("the frame after a dropped one");
+		seq++;
+	}
+	close(s);
+	h_teardown(&d);
+}
+
 TEST(counters_show_the_traffic)
 {
 	struct h_dev d;

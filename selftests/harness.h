@@ -141,6 +141,9 @@ struct h_dev {
 	char parent[IFNAMSIZ];	/* macvtap: its veth parent (deleted at teardown) */
 	uint8_t *mem;
 	uint64_t features;
+	/* The second feature word (bits 64-127: the UDP-tunnel GSO bits), set
+	 * with VHOST_SET_FEATURES_ARRAY when not zero. */
+	uint64_t features_hi;
 	bool vhost_hdr;		/* VHOST_NET_F_VIRTIO_NET_HDR: vhost adds/strips */
 	unsigned int hdr_len;	/* virtio-net header length the guest sees */
 	bool packed;		/* VIRTIO_F_RING_PACKED negotiated */
@@ -171,6 +174,14 @@ struct h_opts {
 	bool kthread_workers;	/* VHOST_SET_FORK_FROM_OWNER 0 before SET_OWNER */
 	bool packed;		/* packed rings (VIRTIO_F_RING_PACKED), not split */
 	bool in_order;		/* VIRTIO_F_IN_ORDER: buffers used in ring order */
+	/*
+	 * VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO and HOST_UDP_TUNNEL_GSO, in the
+	 * second feature word, as QEMU 11.1 acks them: the virtio-net header
+	 * is struct virtio_net_hdr_v1_hash_tunnel (24 bytes), and so is the
+	 * tap's (TUNSETVNETHDRSZ), whose offloads are the caller's
+	 * (tap_offload; TUN_F_UDP_TUNNEL_GSO for tunnel GSO on RX).
+	 */
+	bool udp_tunnel;
 	/*
 	 * The device IOTLB (VIRTIO_F_ACCESS_PLATFORM), as QEMU drives it for
 	 * a guest with a vIOMMU: guest memory appears to the device at IOVA
@@ -639,6 +650,22 @@ static inline struct vhost_vring_addr h_vring_addr(struct h_dev *d, int q, bool 
 	return a;
 }
 
+/* The 64-bit words of a VHOST_SET_FEATURES_ARRAY argument: count, then
+ * the words. */
+#define H_FEATURE_WORDS	2
+
+/* Sets d's features with `f` as the first word: VHOST_SET_FEATURES, or with
+ * a second word VHOST_SET_FEATURES_ARRAY, as QEMU does (the one-word ioctl
+ * would clear it). 0 or -errno. */
+static inline int h_set_features(struct h_dev *d, uint64_t f)
+{
+	uint64_t arr[1 + H_FEATURE_WORDS] = { H_FEATURE_WORDS, f, d->features_hi };
+
+	if (!d->features_hi)
+		return h_ioctl(d->fd, VHOST_SET_FEATURES, &f);
+	return h_ioctl(d->fd, VHOST_SET_FEATURES_ARRAY, arr);
+}
+
 static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 {
 	uint64_t f = d->features;
@@ -653,7 +680,7 @@ static inline int h_configure(struct h_dev *d, const struct h_opts *o)
 		if ((r = h_ioctl(d->fd, VHOST_SET_BACKEND_FEATURES, &bf)))
 			return r;
 	}
-	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
+	if ((r = h_set_features(d, f)))
 		return r;
 	if ((r = h_set_mem_flat(d)))
 		return r;
@@ -731,7 +758,7 @@ static inline int h_log_start(struct h_dev *d, void *bitmap, int logfd)
 		return r;
 	if ((r = h_ioctl(d->fd, VHOST_SET_LOG_FD, &logfd)))
 		return r;
-	if ((r = h_ioctl(d->fd, VHOST_SET_FEATURES, &f)))
+	if ((r = h_set_features(d, f)))
 		return r;
 	for (q = 0; q < 2; q++) {
 		struct vhost_vring_addr a = h_vring_addr(d, q, true);
@@ -767,12 +794,17 @@ static inline int h_setup(struct h_dev *d, const struct h_opts *o)
 	if (o->iotlb)
 		f |= 1ULL << VIRTIO_F_ACCESS_PLATFORM;
 	d->features = f;
+	if (o->udp_tunnel)
+		d->features_hi = 1ULL << (VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO - 64) |
+				 1ULL << (VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO - 64);
 	d->iotlb = o->iotlb;
 	d->iova = o->iotlb ? o->iova : 0;
 	d->packed = o->packed;
 	d->in_order = o->in_order;
 	d->vhost_hdr = o->vhost_hdr;
 	d->hdr_len = (o->mrg_rxbuf || o->version_1) ? 12 : 10;
+	if (o->udp_tunnel)
+		d->hdr_len = sizeof(struct virtio_net_hdr_v1_hash_tunnel);
 
 	d->mem = mmap(NULL, H_MEM_SIZE, PROT_READ | PROT_WRITE,
 		      (o->shared_mem ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
