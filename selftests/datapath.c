@@ -22,6 +22,7 @@
  * offers IN_ORDER since 6.17 (the program skips where it does not).
  */
 #include "harness.h"
+#include <sys/uio.h>
 #include "kselftest_harness.h"
 
 #ifdef VNR_PACKED
@@ -739,6 +740,103 @@ TEST(udp_tunnel_gso_tx)
 		seq++;
 	}
 	close(s);
+	h_teardown(&d);
+}
+
+/*
+ * The host's side of tunnelled GSO, for guest RX: a second tap, bridged to
+ * d's. A frame written to it with a tunnel header enters the host as a UDP
+ * tunnel GSO packet, as from a VXLAN peer, and the bridge forwards it whole
+ * to d's tap, whose offloads take it (TUN_F_UDP_TUNNEL_GSO). AF_PACKET has
+ * no tunnel header, and the test kernel no VXLAN. Returns the injector's fd
+ * and names the bridge in `br`, or -errno.
+ */
+static int tnl_injector(struct h_dev *d, char *br)
+{
+	struct ifreq ifr = { 0 };
+	int fd = open("/dev/net/tun", O_RDWR), sz = sizeof(struct virtio_net_hdr_v1_hash_tunnel), r;
+	char cmd[384];
+
+	br[0] = 0;
+	if (fd < 0)
+		return -errno;
+	ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+	snprintf(ifr.ifr_name, IFNAMSIZ, "vnri%d", getpid() % 10000);
+	if (ioctl(fd, TUNSETIFF, &ifr) < 0 || ioctl(fd, TUNSETVNETHDRSZ, &sz) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	snprintf(cmd, sizeof(cmd), "ip link add vnrb%d type bridge", getpid() % 10000);
+	if (system(cmd)) {
+		close(fd);
+		return -ENODEV;
+	}
+	snprintf(br, IFNAMSIZ, "vnrb%d", getpid() % 10000);
+	snprintf(cmd, sizeof(cmd),
+		 "ip link set %s master %s && ip link set %s master %s && "
+		 "ip link set %s up && ip link set %s up",
+		 ifr.ifr_name, br, d->ifname, br, ifr.ifr_name, br);
+	if (h_no_ipv6(br) || h_no_ipv6(ifr.ifr_name) || system(cmd)) {
+		close(fd);
+		return -EIO;
+	}
+	return fd;
+}
+
+/*
+ * Guest RX of tunnelled TCP GSO frames: the device hands the guest tun's
+ * 24-byte header (tun_vnet_hdr_tnl_from_skb) with the tunnel GSO type and
+ * offsets, the frame whole after it, over as many mergeable buffers as it
+ * takes. vhost only sets num_buffers in it.
+ */
+TEST(udp_tunnel_gso_rx)
+{
+	static uint8_t frame[32768], got[32768 + 64];
+	struct virtio_net_hdr_v1_hash_tunnel h = tnl_hdr(34, 64), r;
+	size_t lens[] = { TNL_HDR_LEN + 2 * TNL_MSS + 300, TNL_HDR_LEN + 20 * TNL_MSS + 300 };
+	struct h_dev d;
+	struct h_opts o = base_opts;
+	uint32_t seq = 0;
+	unsigned int i, k;
+	char br[IFNAMSIZ], cmd[64];
+	int inj;
+
+	if (!tunnel_offered())
+		SKIP(return, "%s does not offer UDP-tunnel GSO", h_dev_path());
+	o.udp_tunnel = true;
+	o.tap_offload = TNL_OFFLOAD;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	inj = tnl_injector(&d, br);
+	ASSERT_LE(0, inj) TH_LOG("injector tap and bridge: %s", strerror(-inj));
+	h_rx_fill(&d, d.vq[0].num);
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		for (k = 0; k < 20; k++, seq++) {
+			struct iovec io[2] = { { &h, sizeof(h) }, { frame, lens[i] } };
+			uint16_t nb = 0;
+			ssize_t off;
+
+			tnl_frame(frame, lens[i], seq);
+			ASSERT_EQ((ssize_t)(sizeof(h) + lens[i]), writev(inj, io, 2))
+				TH_LOG("injector write: %s", strerror(errno));
+			off = h_rx_take(&d, got, sizeof(got), &nb);
+			ASSERT_EQ((ssize_t)(sizeof(h) + lens[i]), off)
+				TH_LOG("frame %u of %zu bytes: %zd in %u buffers", seq, lens[i], off, nb);
+			memcpy(&r, got, sizeof(r));
+			EXPECT_EQ(VIRTIO_NET_HDR_GSO_TCPV4 | VIRTIO_NET_HDR_GSO_UDP_TUNNEL_IPV4,
+				  r.hash_hdr.hdr.gso_type);
+			EXPECT_EQ(TNL_MSS, r.hash_hdr.hdr.gso_size);
+			EXPECT_TRUE(r.hash_hdr.hdr.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM);
+			EXPECT_EQ(84, r.hash_hdr.hdr.csum_start);
+			EXPECT_EQ(34, r.outer_th_offset);
+			EXPECT_EQ(64, r.inner_nh_offset);
+			ASSERT_EQ(0, memcmp(got + sizeof(h), frame, lens[i])) TH_LOG("frame %u corrupt", seq);
+			h_rx_fill(&d, nb);
+		}
+	}
+	snprintf(cmd, sizeof(cmd), "ip link del %s", br);
+	EXPECT_EQ(0, system(cmd));
+	close(inj);
 	h_teardown(&d);
 }
 
