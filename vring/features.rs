@@ -29,19 +29,16 @@ pub(crate) mod bit {
     pub(crate) const VIRTIO_F_IN_ORDER: u32 = 35;
     pub(crate) const VIRTIO_F_RING_RESET: u32 = 40;
     /// The driver can receive GSO packets carried in a UDP tunnel
-    /// (`virtio_net.h`): with it, or [`VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO`], the
-    /// virtio-net header is `struct virtio_net_hdr_v1_hash_tunnel`.
-    pub(crate) const VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO: u32 = 65;
-    /// ...with the outer UDP checksum left to it. Not a vhost feature: it
-    /// does not change the header, and tun does the checksum (C's
-    /// `vhost_net_bits` does not list it, nor QEMU's
+    /// (`virtio_net.h`): with it, or [`VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO`],
+    /// the virtio-net header is `struct virtio_net_hdr_v1_hash_tunnel`.
+    /// Bit 66, `..._GSO_CSUM`, leaves the outer UDP checksum to the driver;
+    /// it is not a vhost feature: the header does not change, and tun does
+    /// the checksum (C's `vhost_net_bits` does not list it, nor QEMU's
     /// `kernel_feature_bits`).
-    pub(crate) const VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO_CSUM: u32 = 66;
-    /// The device can take GSO packets carried in a UDP tunnel.
+    pub(crate) const VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO: u32 = 65;
+    /// The device can take GSO packets carried in a UDP tunnel. Bit 68,
+    /// its `_CSUM` variant, is not a vhost feature either.
     pub(crate) const VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO: u32 = 67;
-    /// ...with the outer UDP checksum left to it; as
-    /// [`VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO_CSUM`], not a vhost feature.
-    pub(crate) const VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO_CSUM: u32 = 68;
 }
 
 /// The 64-bit words of a feature set (`VIRTIO_FEATURES_U64S`): bits
