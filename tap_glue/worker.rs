@@ -40,6 +40,13 @@ use kernel::{
     },
 };
 
+/// [`Waker::state`]'s bit that says no work is pending: the worker has
+/// taken every wakeup so far, so the next one must wake its task (C's
+/// `VHOST_WORK_QUEUED`, inverted).
+const IDLE: u64 = 1;
+/// One wakeup in [`Waker::state`]'s count, above [`IDLE`].
+const ONE_WAKEUP: u64 = 2;
+
 /// Where wakeups of one queue go: a pending-work flag and the worker to wake.
 ///
 /// # Invariants
@@ -48,21 +55,27 @@ use kernel::{
 /// kthread's `struct task_struct`, or else a `struct vhost_task`) that is
 /// not freed before an RCU grace period has passed since `task` was cleared
 /// (see the module doc). `kthread` is written before `task` is set.
+///
+/// In `state`, only [`Waker::take_pending`] sets [`IDLE`] and only a wakeup
+/// clears it, each with a compare-exchange; the count above it only grows
+/// (wrapping), by [`ONE_WAKEUP`] per wakeup, which leaves [`IDLE`] as it is.
 pub(crate) struct Waker {
-    pending: Atomic<bool>,
+    /// The wakeups so far, counted in units of [`ONE_WAKEUP`], and the
+    /// [`IDLE`] bit: in one word, so that a wakeup whose work is pending
+    /// already is one atomic operation (one call: the kernel's atomics are
+    /// C helpers that a Rust module cannot inline). The count wraps.
+    state: Atomic<u64>,
     task: Atomic<*mut c_void>,
     kthread: Atomic<bool>,
-    wakeups: Atomic<u64>,
 }
 
 impl Waker {
     pub(crate) fn new() -> Result<Arc<Self>> {
         Ok(Arc::new(
             Self {
-                pending: Atomic::new(false),
+                state: Atomic::new(IDLE),
                 task: Atomic::new(core::ptr::null_mut()),
                 kthread: Atomic::new(false),
-                wakeups: Atomic::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -72,22 +85,43 @@ impl Waker {
     /// is pending already has had its wakeup, and the worker takes the flag
     /// before it runs, so only the first of a burst of events wakes the
     /// task (as `VHOST_WORK_QUEUED` does in C).
+    #[inline]
     pub(crate) fn wake(&self) {
-        self.wakeups.add(1, Relaxed);
         // Fully ordered: the event that led here happens before the
-        // worker's run, and this exchange and the load of `task` below
-        // pair with `Worker::publish`'s store of `task`, full barrier and
-        // load of `pending`.
-        if self.pending.xchg(true, Full) {
-            return;
+        // worker's run. If the work was pending, the worker's taking of it
+        // comes later in `state`'s order, and its run sees the event.
+        let old = self.state.fetch_add(ONE_WAKEUP, Full);
+        if old & IDLE != 0 {
+            self.wake_idle(old.wrapping_add(ONE_WAKEUP));
+        }
+    }
+
+    /// The worker had taken all work when [`Waker::wake`] counted itself
+    /// (`state` was `seen`): marks work pending, and, unless another
+    /// wakeup did it first, wakes the task.
+    #[cold]
+    #[inline(never)]
+    fn wake_idle(&self, mut seen: u64) {
+        loop {
+            if seen & IDLE == 0 {
+                // Another wakeup marked it pending, and wakes the task.
+                return;
+            }
+            // Fully ordered: this exchange and the load of `task` below
+            // pair with `Worker::publish`'s store of `task`, full barrier
+            // and load of `state`.
+            match self.state.cmpxchg(seen, seen & !IDLE, Full) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
         }
         let _rcu = kernel::sync::rcu::read_lock();
         let task = self.task.load(Acquire);
         if !task.is_null() {
-            // SAFETY: By the type invariant the task is of the kind `kind`
-            // says and is not freed before a grace period after `task` was
-            // cleared, and we are inside a read-side section that began
-            // before we loaded it.
+            // SAFETY: By the type invariant the task is of the kind
+            // `kthread` says and is not freed before a grace period after
+            // `task` was cleared, and we are inside a read-side section that
+            // began before we loaded it.
             unsafe { Self::wake_task(self.kthread.load(Relaxed), task) };
         }
     }
@@ -109,12 +143,30 @@ impl Waker {
 
     /// How many times `wake` was called (kicks, socket events, requeues).
     pub(crate) fn wakeups(&self) -> u64 {
-        self.wakeups.load(Relaxed)
+        self.state.load(Relaxed) / ONE_WAKEUP
     }
 
-    /// Consumes the pending flag.
+    /// Whether work is pending.
+    fn is_pending(&self) -> bool {
+        self.state.load(Relaxed) & IDLE == 0
+    }
+
+    /// Consumes the pending flag. Called by the worker in
+    /// `TASK_INTERRUPTIBLE`: a wakeup that this load misses wakes the task
+    /// out of the sleep that follows.
     fn take_pending(&self) -> bool {
-        self.pending.xchg(false, Full)
+        let mut seen = self.state.load(Relaxed);
+        loop {
+            if seen & IDLE != 0 {
+                return false;
+            }
+            // Fully ordered: the run that follows sees the events of the
+            // wakeups counted before.
+            match self.state.cmpxchg(seen, seen | IDLE, Full) {
+                Ok(_) => return true,
+                Err(now) => seen = now,
+            }
+        }
     }
 }
 
@@ -388,13 +440,13 @@ impl<T: Work> Worker<T> {
             waker.kthread.store(kthread, Relaxed);
             waker.task.store(task, Release);
         }
-        // A wake that came before the stores set `pending` but found no
-        // task to wake; later ones find `pending` set and wake nobody. With
-        // the full barriers here and in that wake's exchange of `pending`,
+        // A wake that came before the stores marked work pending but found
+        // no task to wake; later ones find it pending and wake nobody. With
+        // the full barriers here and in that wake's exchange of `state`,
         // either its load of `task` saw the store above, or this load sees
-        // its `pending`.
+        // the work pending.
         crate::tap_glue::compat::smp_mb();
-        if (0..T::QUEUES).any(|i| work.waker(i).pending.load(Relaxed)) {
+        if (0..T::QUEUES).any(|i| work.waker(i).is_pending()) {
             // SAFETY: The thread was started by the caller and is not
             // stopped before the returned `Worker` is dropped.
             unsafe { Waker::wake_task(kthread, task) };
