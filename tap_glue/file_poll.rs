@@ -7,17 +7,17 @@
 //! [`Waker`] when the file signals one of the events it waits for.
 
 use crate::tap_glue::worker::Waker;
-use core::{cell::Cell, ffi::c_void};
+use core::{
+    cell::Cell,
+    ffi::c_void,
+    sync::atomic::{AtomicBool, Ordering::Relaxed},
+};
 use kernel::{
     bindings,
     ffi::{c_int, c_uint},
     fs::File,
     prelude::*,
-    sync::{
-        aref::ARef,
-        atomic::{Atomic, Relaxed},
-        Arc,
-    },
+    sync::{aref::ARef, Arc},
     types::Opaque,
 };
 
@@ -81,7 +81,16 @@ pub(crate) struct FilePoll {
     /// Whether `wait` is on `wqh`; see [`FilePoll::leave`].
     linked: Cell<bool>,
     /// Whether events wake the worker; see [`FilePoll::quiet`].
-    armed: Atomic<bool>,
+    ///
+    /// A `core` atomic, unlike the module's others: the callback reads it
+    /// for every packet the tap queues while we are on its wait queue, and
+    /// every RX run writes it, and
+    /// each access to a `kernel::sync::atomic` is a call into a C helper,
+    /// which a module cannot inline. Relaxed, a core atomic's load and
+    /// store are the plain accesses `READ_ONCE` and `WRITE_ONCE` make; the
+    /// ordering with the worker's look at the tap is [`FilePoll::listen`]'s
+    /// full barrier.
+    armed: AtomicBool,
 }
 
 // SAFETY: `wqh` and `linked` are only used under the rules in the type
@@ -184,7 +193,7 @@ impl FilePoll {
                 mask,
                 waker,
                 linked: Cell::new(false),
-                armed: Atomic::new(true),
+                armed: AtomicBool::new(true),
             }),
             GFP_KERNEL,
         )?;
