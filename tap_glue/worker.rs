@@ -240,12 +240,17 @@ unsafe fn run_pending<T: Work>(work: &T, running: impl Fn()) -> bool {
         // SAFETY: In the owner's address space, by the caller's contract.
         let owner = unsafe { OwnerMem::assume() };
         if work.run(i, &owner) {
-            // The weight ran out: requeue, and let the scheduler in before
-            // the next run, as C's vhost_run_work_list does between works.
+            // The weight ran out: requeue.
             waker.wake();
-            // SAFETY: Process context, no locks held.
-            unsafe { shim::vnr_cond_resched() };
         }
+        // After every run, however short, as C's vhost_run_work_list (and
+        // vhost_run_work_kthread_list) calls cond_resched() after every
+        // work item: a guest that kicks an empty ring in a loop sets the
+        // work pending again before each run ends, the worker then runs it
+        // again without sleeping, and on a kernel without forced preemption
+        // nothing else would let the scheduler in.
+        // SAFETY: Process context, no locks held.
+        unsafe { shim::vnr_cond_resched() };
     }
     ran
 }
