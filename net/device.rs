@@ -189,8 +189,8 @@ impl VhostNet {
         let st = self.state.lock();
         let owner = st.check_owner()?;
         match file.index {
-            RX_INDEX => attach(&self.rx, file.fd, RxBackend::new, &owner),
-            TX_INDEX => attach(&self.tx, file.fd, TxBackend::new, &owner),
+            RX_INDEX => attach(&self.rx, file.fd, RxBackend::new, &owner, &self.channel),
+            TX_INDEX => attach(&self.tx, file.fd, TxBackend::new, &owner, &self.channel),
             _ => Err(errno!(ENOBUFS)),
         }
     }
@@ -204,10 +204,17 @@ fn attach<B: Backend>(
     fd: i32,
     make: impl FnOnce(ARef<File>) -> Result<B>,
     owner: &OwnerMem,
+    channel: &MissChannel<QUEUES>,
 ) -> Result<isize> {
     let mut queue = vq.lock();
+    let tap_fd = fd_or_unbind(fd);
+    if tap_fd.is_none() {
+        // C's vhost_net_set_backend: `if (fd == -1) vhost_clear_msg()`,
+        // with the queue locked and before the ring's access is checked.
+        channel.clear();
+    }
     queue.check_access()?;
-    let backend = match fd_or_unbind(fd) {
+    let backend = match tap_fd {
         None => None,
         Some(fd) => {
             let file = tap::backend_file(fd)?;

@@ -1502,4 +1502,82 @@ TEST(batched_updates_take_effect)
 	h_teardown(&d);
 }
 
+/*
+ * Issue 33, defect 2: an unanswered miss outlives a backend unbind. QEMU
+ * leaves a miss unanswered when the guest's vIOMMU maps its IOVA to no
+ * RAM, and at a device stop (guest reset or reboot) only unbinds the
+ * backends, binds them again and sets the features again. A queue has one
+ * miss outstanding at a time; C's vhost_net_set_backend clears the
+ * device's messages on fd -1 (vhost_clear_msg), so the queue's next miss
+ * is posted. One kept across the unbind holds back every later miss of
+ * its queue, which then never runs again.
+ */
+TEST(i33_unbind_forgets_an_unanswered_miss)
+{
+	struct viommu vi;
+	struct h_dev d;
+	uint64_t a, b, end;
+	uint16_t head;
+	union msg m;
+	int q;
+
+	ASSERT_EQ(0, h_setup(&d, &opts));
+	vi_init(&vi, &d);
+	for (q = 0; q < 2; q++)
+		ASSERT_EQ(0, vi_map_range(&vi, ring_iova(&d, q), ring_len(&d, q)));
+	ASSERT_EQ(0, set_backends(&d));
+
+	/* MISS(A), read and never answered. */
+	a = bufs_iova(&d, 1) + PAGE + 512;
+	head = d.vq[1].avail_idx % d.vq[1].num;
+	tx_post_at(&d, a, 1, 200);
+	ASSERT_EQ(0, miss_wait(&d, &m, H_WAIT_MS)) TH_LOG("no miss for an unmapped TX buffer");
+	ASSERT_EQ(a, body(&m)->iova);
+
+	/* The device stops, the guest reboots and puts another buffer, at B,
+	 * in the slot that A still holds (the device never took it), and the
+	 * device starts again, as QEMU drives it: the backends bound again,
+	 * the features set again (an empty IOTLB), the rings mapped again. */
+	for (q = 0; q < 2; q++) {
+		struct vhost_vring_file unbind = { .index = q, .fd = -1 };
+
+		ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &unbind));
+	}
+	b = bufs_iova(&d, 1) + 3 * PAGE + 256;
+	{
+		uint8_t *p = h_ptr(&d, b);
+
+		memset(p, 0, d.hdr_len);
+		h_frame(p + d.hdr_len, 2, 200);
+		d.vq[1].vr.desc[head] = (struct vring_desc){ b, d.hdr_len + 200, 0, 0 };
+	}
+	ASSERT_EQ(0, set_backends(&d));
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_FEATURES, &d.features));
+	memset(vi.mapped, 0, sizeof(vi.mapped));
+	for (q = 0; q < 2; q++)
+		ASSERT_EQ(0, vi_map_range(&vi, ring_iova(&d, q), ring_len(&d, q)));
+	h_kick(&d, 1);
+	/* MISS(B) within a second. A worker that ran between the bind and
+	 * the mapping of the rings may have asked for a ring page first. */
+	end = h_now_ns() + 1000ULL * 1000 * 1000;
+	for (;;) {
+		uint64_t now = h_now_ns();
+
+		ASSERT_EQ(0, miss_wait(&d, &m, now < end ? (int)((end - now) / 1000000) : 0))
+			TH_LOG("no miss within a second after the unbind: the queue is wedged");
+		if (body(&m)->iova == b)
+			break;
+		TH_LOG("miss at %#llx first", (unsigned long long)body(&m)->iova);
+		ASSERT_TRUE(within(body(&m)->iova, ring_iova(&d, 1), ring_len(&d, 1)) ||
+			    within(body(&m)->iova, ring_iova(&d, 0), ring_len(&d, 0)));
+		ASSERT_EQ(0, vi_map(&vi, body(&m)->iova));
+	}
+	EXPECT_EQ(RO, body(&m)->perm);
+	/* Answered, the queue runs. */
+	ASSERT_EQ(0, vi_map(&vi, b));
+	EXPECT_EQ(0, tx_seen(&d, 2, 200, H_WAIT_MS)) TH_LOG("the UPDATE did not restart the queue");
+	EXPECT_EQ(0, take_used(&d, 1, 1));
+	h_teardown(&d);
+}
+
 TEST_HARNESS_MAIN

@@ -176,6 +176,18 @@ impl<const N: usize> MissChannel<N> {
         self.state.lock().misses.drop_read(queue);
     }
 
+    /// `VHOST_NET_SET_BACKEND` with fd -1: forgets every miss of every
+    /// queue, unread and pending, as C's `vhost_net_set_backend` calls
+    /// `vhost_clear_msg()` then. QEMU unbinds at every device stop (guest
+    /// reset, reboot) and leaves a miss unanswered when the guest's
+    /// vIOMMU maps its IOVA to no RAM; a queue posts one miss at a time,
+    /// so a miss kept here would hold back every later one of its queue,
+    /// and the queue would never run again. The queues post afresh when
+    /// they next run. Readers are not woken: there is nothing new to read.
+    pub(crate) fn clear(&self) {
+        self.state.lock().misses.clear();
+    }
+
     /// `poll()`: registers the poller on the channel and says whether a
     /// `read()` would find a message.
     pub(crate) fn poll(&self, file: &File, table: &PollTable<'_>) -> Result<bool> {
