@@ -338,6 +338,17 @@ impl PackedRing {
         self.features = features;
     }
 
+    /// The memory behind the device event area may have changed (a device
+    /// IOTLB update or invalidation, a new memory table): the flags this
+    /// ring remembers writing there are written again at the next enable
+    /// or disable, rather than assumed to be in place. QEMU's packed ring
+    /// writes them at every change (`vring_packed_event_write` from
+    /// `virtio_queue_packed_set_notification`); the cache must not make
+    /// the device keep a guest kicking, or silent, through a remap.
+    pub(crate) fn forget_device_flags(&mut self) {
+        self.device_flags = None;
+    }
+
     /// Byte sizes of the descriptor ring and the two event areas.
     pub(crate) fn sizes(num: u32) -> (u64, u64, u64) {
         (DESC_SIZE * u64::from(num), EVENT_SIZE, EVENT_SIZE)

@@ -7,6 +7,34 @@
 //!
 //! Like the parsers it wraps, this file uses only `core` and is compiled
 //! into the host tests.
+//!
+//! # Memory ordering
+//!
+//! Every place the device publishes to the guest or reads what the guest
+//! publishes, with the barrier that orders it and the rule it follows
+//! (virtio 1.x; C's `drivers/vhost/vhost.c` for the split ring; QEMU's
+//! `hw/virtio/virtio.c` for the packed ring, which C does not have). The
+//! host tests' memory (`tests/host/src/testmem.rs`) records stores and
+//! barriers in order, and `packed_tests/ordering.rs` and
+//! `vring_tests/logging_and_order.rs` check the used batches' rows.
+//!
+//! | Path | Order | Rule |
+//! |------|-------|------|
+//! | split pop: `avail->idx`, then ring entries and descriptors | `rmb` between | 2.7.13.3.1; `vhost_get_vq_desc` |
+//! | split used: elements (and the buffers' data), then `used->idx` | `wmb` between, any batch size | 2.7.8.2; `vhost_add_used_n` |
+//! | split enable notify: `used->flags` or `avail_event`, then `avail->idx` again | `mb` between | 2.7.10; `vhost_enable_notify` |
+//! | split should-notify: `used->idx`, then `avail->flags` or `used_event` | `mb` between; a read that faults means signal | 2.7.10; `vhost_notify` |
+//! | packed pop: a descriptor's flags, then its other fields and the chain | `rmb` between (`read_16_acquire`) | 2.8.21.1; `vring_packed_desc_read` |
+//! | packed used: the rest of a batch and the buffers' data, then the first used descriptor (its flags in the same 8-byte store) | `wmb` between, any batch size, 1 included | 2.8.21.2; `virtqueue_packed_fill_desc` |
+//! | packed enable notify: device event `off_wrap`, then its flags | `wmb` between | 2.8.21.3.1; `vring_packed_event_write` |
+//! | packed enable notify: device event flags, then the next descriptor's flags | `mb` between | 2.8.21.3.1; `virtio_queue_packed_set_notification` |
+//! | packed should-notify: used descriptors, then the driver event area (one 32-bit load) | `mb` between; a read that faults means signal | 2.8.21.3.2; `virtio_packed_should_notify` |
+//! | dirty log: a write, then its log bit | `wmb` between | C's `log_used`/`vhost_log_write` |
+//!
+//! The device event flags a packed ring last wrote are cached; the cache
+//! is dropped whenever the memory behind them may have changed (a device
+//! IOTLB update or invalidation, a new memory table), so that they are
+//! written again rather than assumed ([`Ring::forget_written`]).
 
 use crate::vring::dirty_log::WriteLog;
 use crate::vring::mem_table::Translate;
@@ -119,6 +147,15 @@ impl Ring {
         match self {
             Ring::Split(ring) => ring.enable_notify(mem, log),
             Ring::Packed(ring) => ring.enable_notify(mem, log),
+        }
+    }
+
+    /// The memory behind the ring's addresses may have changed: state the
+    /// ring caches about what it wrote there is dropped (see
+    /// [`PackedRing::forget_device_flags`]; a split ring caches none).
+    pub(crate) fn forget_written(&mut self) {
+        if let Ring::Packed(ring) = self {
+            ring.forget_device_flags();
         }
     }
 

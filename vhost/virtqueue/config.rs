@@ -436,6 +436,9 @@ impl<B: Backend> QueueConfig for VqState<B> {
     /// that waited only for a table starts; a stopped one stays stopped.
     fn set_mem(&mut self, mem: Arc<MemTable>) {
         self.mem = Some(mem);
+        if let Some(ring) = self.ring.as_mut() {
+            ring.forget_written();
+        }
         // A guest that used memory before the table had it (a hotplug
         // race) may run again; a stopped ring stays stopped.
         self.broken = false;
@@ -490,7 +493,12 @@ impl<B: Backend> QueueConfig for VqState<B> {
         let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
         iotlb
             .update(iova, size, uaddr, perm, user_limit())
-            .map_err(MessageError::Update)
+            .map_err(MessageError::Update)?;
+        // The ring's parts may now be other memory.
+        if let Some(ring) = self.ring.as_mut() {
+            ring.forget_written();
+        }
+        Ok(())
     }
 
     /// `VHOST_IOTLB_INVALIDATE` on this queue's copy. Holding the queue's
@@ -499,6 +507,9 @@ impl<B: Backend> QueueConfig for VqState<B> {
     fn iotlb_invalidate(&mut self, iova: u64, size: u64) -> Result<(), MessageError> {
         let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
         iotlb.invalidate(iova, size);
+        if let Some(ring) = self.ring.as_mut() {
+            ring.forget_written();
+        }
         Ok(())
     }
 

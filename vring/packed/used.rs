@@ -71,11 +71,15 @@ impl PackedRing {
                 }
                 (self.write_rest(mem, at, &rest[adjacent..])?, total)
             };
-            // The rest of the batch before the first entry, which the
-            // driver looks at first.
-            mem.wmb();
             (at, total)
         };
+        // Whatever the batch's size: the buffers' contents (tun's copy, the
+        // `num_buffers` write) and the rest of the batch are visible before
+        // the store that makes the first used descriptor, and with it the
+        // batch, visible (virtio 1.x 2.8.21: the device writes the flags
+        // after the rest, with a write barrier between; QEMU's
+        // virtqueue_packed_fill_desc has smp_wmb before its flags store).
+        mem.wmb();
         mem.write_8(
             self.desc_addr(start.index) + DESC_LEN_OFFSET,
             used_entry(first, start.wrap),

@@ -11,6 +11,7 @@ use crate::vring::*;
 use std::collections::HashMap;
 
 mod notify;
+mod ordering;
 
 const BASE: u64 = 0x10_0000; // owner address of guest-physical 0
 const MEM: usize = 0x40_0000;

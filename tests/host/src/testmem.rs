@@ -10,6 +10,23 @@ pub struct TestMem {
     /// Every write the device made, as (address, length), in order: what
     /// the ordering tests look at.
     pub writes: RefCell<Vec<(u64, usize)>>,
+    /// Every store and barrier the device made, in order: what the memory
+    /// ordering tests look at (a store visible before the barrier that
+    /// should precede it is what a weakly ordered host would show).
+    pub ops: RefCell<Vec<MemOp>>,
+}
+
+/// One entry of [`TestMem::ops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemOp {
+    /// A store of `len` bytes at the address.
+    Store(u64, usize),
+    /// `smp_wmb`.
+    Wmb,
+    /// `smp_rmb`.
+    Rmb,
+    /// `smp_mb`.
+    Mb,
 }
 
 impl TestMem {
@@ -18,6 +35,7 @@ impl TestMem {
             base,
             buf: RefCell::new(vec![0; len]),
             writes: RefCell::new(Vec::new()),
+            ops: RefCell::new(Vec::new()),
         }
     }
     fn range(&self, addr: u64, len: usize) -> Result<std::ops::Range<usize>, Stop> {
@@ -75,6 +93,7 @@ impl UserMemory for TestMem {
         let r = self.range(addr, 2)?;
         self.buf.borrow_mut()[r].copy_from_slice(&val.to_le_bytes());
         self.writes.borrow_mut().push((addr, 2));
+        self.ops.borrow_mut().push(MemOp::Store(addr, 2));
         Ok(())
     }
     fn write_8(&self, addr: u64, bytes: [u8; 8]) -> Result<(), Stop> {
@@ -84,6 +103,7 @@ impl UserMemory for TestMem {
         let r = self.range(addr, 8)?;
         self.buf.borrow_mut()[r].copy_from_slice(&bytes);
         self.writes.borrow_mut().push((addr, 8));
+        self.ops.borrow_mut().push(MemOp::Store(addr, 8));
         Ok(())
     }
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Stop> {
@@ -95,11 +115,18 @@ impl UserMemory for TestMem {
         let r = self.range(addr, data.len())?;
         self.buf.borrow_mut()[r].copy_from_slice(data);
         self.writes.borrow_mut().push((addr, data.len()));
+        self.ops.borrow_mut().push(MemOp::Store(addr, data.len()));
         Ok(())
     }
-    fn mb(&self) {}
-    fn rmb(&self) {}
-    fn wmb(&self) {}
+    fn mb(&self) {
+        self.ops.borrow_mut().push(MemOp::Mb);
+    }
+    fn rmb(&self) {
+        self.ops.borrow_mut().push(MemOp::Rmb);
+    }
+    fn wmb(&self) {
+        self.ops.borrow_mut().push(MemOp::Wmb);
+    }
 }
 
 /// A run with logging off: what the module passes when no log is set.

@@ -472,3 +472,60 @@ fn segments_from_skips_whole_and_partial_segments() {
     assert_eq!(segments_from(&iov, 20).count(), 0);
     assert_eq!(segments_from(&iov, 0).count(), 3);
 }
+
+/// Whether a write barrier lies between the last store at `visible` and
+/// every store before it (see `packed_tests::ordering`).
+fn barrier_before_idx(mem: &TestMem, visible: u64) -> bool {
+    use crate::testmem::MemOp;
+    let ops = mem.ops.borrow();
+    let Some(at) = ops
+        .iter()
+        .rposition(|op| matches!(op, MemOp::Store(addr, _) if *addr == visible))
+    else {
+        return false;
+    };
+    ops[..at]
+        .iter()
+        .rev()
+        .find(|op| !matches!(op, MemOp::Rmb))
+        .is_some_and(|op| matches!(op, MemOp::Wmb | MemOp::Mb))
+}
+
+#[test]
+fn split_used_batches_of_1_2_and_32_have_a_write_barrier_before_the_index() {
+    // The audit's split half (issue 33, defect 3): used elements and the
+    // buffers' contents, then a write barrier, then `used->idx` (virtio
+    // 2.7.8.2, C's vhost_add_used_n).
+    let mut r = rig(64, f());
+    let mut next = 0u16;
+    for _round in 0..2 {
+        for n in [1u16, 2, 32] {
+            for i in 0..n {
+                let head = (next + i) % 64;
+                r.desc(
+                    DESC,
+                    head,
+                    0x8_0000 + 0x1000 * u64::from(i),
+                    64,
+                    DESC_F_WRITE,
+                    0,
+                );
+                r.avail(next + i, head, next + i + 1);
+            }
+            r.mem.ops.borrow_mut().clear();
+            let mut used = Vec::new();
+            for _ in 0..n {
+                let chain = r.pop().unwrap().expect("a posted chain");
+                r.mem.write(r.iov[0].addr, &[0xab; 64]).unwrap();
+                used.push(UsedElem::of(&chain, 64));
+            }
+            r.ring.add_used(&r.mem, &NoLog, &used).unwrap();
+            assert!(
+                barrier_before_idx(&r.mem, USED + 2),
+                "batch of {n}: {:?}",
+                r.mem.ops.borrow()
+            );
+            next += n;
+        }
+    }
+}
