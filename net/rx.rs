@@ -174,10 +174,14 @@ fn handle_rx<M: UserMemory, T: Translate + ?Sized>(
     let mut pending = 0usize;
     let result: Result<bool, NetError> = loop {
         if pending >= MAX_BATCH {
-            if let Err(err) = active.publish(mem, pending) {
+            // Published or not, these heads are done with: the publish after
+            // the loop must not add them again (C resets `done_idx` whatever
+            // vhost_add_used_and_signal_n returned).
+            let published = active.publish(mem, pending);
+            pending = 0;
+            if let Err(err) = published {
                 break Err(err.into());
             }
-            pending = 0;
         }
         if weight.exceeded() {
             break Ok(true);

@@ -241,10 +241,14 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
         }
         if pending == MAX_BATCH {
             active.scratch.send_batch(&active.backend.sock, &mut tally);
-            if let Err(err) = active.publish(mem, pending) {
+            // Published or not, these heads are done with: the publish after
+            // the loop must not add them again (C resets `done_idx` whatever
+            // vhost_add_used_and_signal_n returned).
+            let published = active.publish(mem, pending);
+            pending = 0;
+            if let Err(err) = published {
                 break Err(err.into());
             }
-            pending = 0;
         }
     };
     // Whatever was batched goes out, and the used entries of everything

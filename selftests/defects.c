@@ -784,4 +784,88 @@ static void num_buffers_is_one(struct __test_metadata *_metadata, bool vhost_hdr
 TEST(r2_num_buffers_is_one_with_version_1) { num_buffers_is_one(_metadata, true); }
 TEST(r2_num_buffers_is_one_with_version_1_tap_header) { num_buffers_is_one(_metadata, false); }
 
+/*
+ * Issue 33, defect 4: a batch published twice. The TX run publishes its
+ * used entries MAX_BATCH (64) at a time; after adding them it reads the
+ * guest's suppression state (avail->flags without EVENT_IDX). If that read
+ * faults, C's vhost_notify says "signal" (vq_err "Failed to get flags",
+ * return true) and the heads are never added again (vhost_net_signal_used
+ * resets done_idx). A driver that keeps them pending adds the same heads
+ * again after its loop: used->idx moves twice over the same ids, which a
+ * Linux guest takes for a broken ring ("id %u is not a head").
+ *
+ * Deterministic: TX's avail ring starts 2 bytes before a page boundary, so
+ * that `flags` sits alone at the end of page P and `idx` and the ring on
+ * P + 1; P is made PROT_NONE. Every avail->flags read faults, nothing else
+ * does.
+ */
+TEST(i33_publish_fault_uses_each_head_once)
+{
+	struct h_dev d;
+	struct h_opts o = opts;
+	struct vhost_vring_file b = { .index = 1, .fd = -1 };
+	struct vhost_vring_addr a;
+	struct h_vq *tx;
+	uint8_t *ring, *page;
+	static uint8_t seen[256];
+	unsigned int i, k, n = 200, twice = 0, strange = 0, missing = 0;
+	uint16_t used;
+
+	o.event_idx = false;
+	ASSERT_EQ(0, h_setup(&d, &o));
+	tx = &d.vq[1];
+	ASSERT_EQ(256, tx->num);
+	/* Detach, move the avail and used rings, attach again (C refuses
+	 * SET_VRING_ADDR on a queue with a backend). The descriptor table
+	 * (4 KiB) stays on the ring's first page. */
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	ring = d.mem + H_RING_OFF(1);
+	page = ring + 4096;				/* P */
+	memset(ring + 4096, 0, 4 * 4096);
+	tx->vr.avail = (struct vring_avail *)(page + 4096 - 2);
+	tx->vr.used = (struct vring_used *)(ring + 3 * 4096);
+	tx->avail_idx = tx->used_seen = 0;
+	a = h_vring_addr(&d, 1, false);
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_VRING_ADDR, &a));
+	b.fd = d.tap;
+	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_NET_SET_BACKEND, &b));
+	/* Sanity: the split-off flags word, then the index on the next page. */
+	ASSERT_EQ(0, (uintptr_t)&tx->vr.avail->idx % 4096);
+
+	for (i = 0; i < n; i++) {
+		uint8_t *p = h_ptr(&d, h_buf(&d, 1, i));
+
+		memset(p, 0, d.hdr_len);
+		h_frame(p + d.hdr_len, i, 64);
+		tx->vr.desc[i] = (struct vring_desc){ h_buf(&d, 1, i), d.hdr_len + 64, 0, 0 };
+		h_split_publish(&d, 1, i);
+	}
+	ASSERT_EQ(0, mprotect(page, 4096, PROT_NONE));
+	h_kick(&d, 1);
+	/* All of them, and not one more (wait_used_idx wants the index to
+	 * equal n; an index past it is reported below). */
+	if (wait_used_idx(&d, 1, n, H_WAIT_MS))
+		TH_LOG("used->idx is %u after %u buffers", tx->vr.used->idx, n);
+	usleep(200 * 1000);
+	ASSERT_EQ(0, mprotect(page, 4096, PROT_READ | PROT_WRITE));
+	used = __atomic_load_n(&tx->vr.used->idx, __ATOMIC_ACQUIRE);
+	for (k = 0; k < (used < tx->num ? used : tx->num); k++) {
+		uint32_t id = tx->vr.used->ring[k].id;
+
+		if (id >= n)
+			strange++;
+		else if (seen[id]++)
+			twice++;
+	}
+	for (i = 0; i < n; i++)
+		missing += !seen[i];
+	TH_LOG("used->idx %u for %u buffers: %u ids used twice, %u unknown, %u missing", used, n,
+	       twice, strange, missing);
+	EXPECT_EQ(n, used) TH_LOG("used->idx is not the number of buffers posted");
+	EXPECT_EQ(0, twice) TH_LOG("a used batch was added twice");
+	EXPECT_EQ(0, strange);
+	EXPECT_EQ(0, missing);
+	h_teardown(&d);
+}
+
 TEST_HARNESS_MAIN

@@ -145,13 +145,21 @@ impl<B: Backend> ActiveRing<'_, B> {
     /// Publishes `heads[..count]` and signals the guest if it wants to be.
     /// `mem` is the ring's memory: the owner's, or with the device IOTLB
     /// the owner's seen through it.
+    ///
+    /// An error means the entries could not be added. Once they are, this
+    /// succeeds: the caller must not add them again (C's
+    /// `vhost_add_used_and_signal_n` adds once, whatever the signal's fate).
     pub(crate) fn publish<M: UserMemory>(&mut self, mem: &M, count: usize) -> Result<(), Stop> {
         if count == 0 {
             return Ok(());
         }
         self.ring.add_used(mem, &self.log, &self.heads[..count])?;
         self.log.flush();
-        if self.ring.should_notify(mem)? {
+        // A suppression state that cannot be read (`avail->flags`,
+        // `used_event`, the driver event area) means "signal", as in C's
+        // vhost_notify ("Failed to get flags": return true): a spurious
+        // interrupt costs the guest little, a lost one stalls it.
+        if self.ring.should_notify(mem).unwrap_or(true) {
             if let Some(call) = self.call {
                 call.signal();
                 self.stats.calls += 1;
