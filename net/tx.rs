@@ -202,7 +202,18 @@ fn handle_tx<M: UserMemory, T: Translate + ?Sized>(
                 // With a busy-loop timeout, watch the ring a while before
                 // sleeping: the guest, not asked to kick, may add more.
                 match active.busy_poll(|active| active.ring.has_avail(mem)) {
-                    Ok(true) => continue,
+                    // Charged like any pass: `pop` may find nothing again
+                    // (a packed ring's guest can show the AVAIL bit to
+                    // `has_avail` and take it back before `pop` reads it),
+                    // and uncharged retries would keep the worker in this
+                    // run, its queue locked, for as long as the guest
+                    // likes. Every `continue` of C's handle_tx_copy passes
+                    // its loop's `vhost_exceeds_weight(vq, ++sent_pkts,
+                    // total_len)`.
+                    Ok(true) => {
+                        weight.packets += 1;
+                        continue;
+                    }
                     Ok(false) => {}
                     Err(err) => break Err(err.into()),
                 }

@@ -1032,4 +1032,212 @@ TEST(dirty_log_rx)
 	free(want);
 }
 
+/*
+ * Issue 33, defect 5: a busy-poll retry charged to the weight. With
+ * VHOST_SET_VRING_BUSYLOOP_TIMEOUT, TX watches the ring when it finds it
+ * empty and goes on when a chain shows up. On a packed ring that look and
+ * the pop that follows read the descriptor's flags separately: a guest
+ * that shows the AVAIL bit and takes it back in between makes the first
+ * true and the second find nothing. Unless each such pass counts toward
+ * the run's weight, as every pass of C's handle_tx_copy does
+ * (vhost_exceeds_weight(vq, ++sent_pkts, total_len), `continue` included),
+ * the run goes on for as long as the guest pulses, holding the queue's
+ * lock: GET_VRING_BASE, SET_BACKEND and IOTLB writes on that queue wait.
+ *
+ * The bound: a run takes at most VHOST_NET_PKT_WEIGHT (256) passes, each
+ * at most one busy-loop timeout (1000 us here) long: 256 ms. The ioctl
+ * waits for the run that holds the lock and at most one more (a mutex is
+ * handed to a waiter that lost it once), so 512 ms; a second leaves room
+ * for a slow VM. The pulses go on for four.
+ *
+ * The worker polls on one CPU, the pulsing thread and the ioctl run on
+ * another. A pulse that the device takes (its pop saw AVAIL) becomes a
+ * used descriptor: the pulser sees its flags change and moves on to the
+ * next position, as a driver would. Those passes are charged on any
+ * driver (a packet went out); the ones that matter are the others.
+ */
+struct pulser {
+	struct h_dev *d;
+	pthread_t thr;
+	volatile bool stop;
+	uint64_t until;			/* h_now_ns() deadline of the pulses */
+	unsigned int spin;		/* pulse length, in loop turns */
+	unsigned long pulses, taken;
+};
+
+#define PULSE_WINDOW	16
+
+/* The pulses: the PULSE_WINDOW positions from the device's next one on
+ * become available together and stop being so; a position the device
+ * took (its flags turned used, which a compare-and-exchange sees) leaves
+ * the window, which moves on, as a driver's would. */
+static void *pulse_fn(void *arg)
+{
+	struct pulser *pl = arg;
+	struct h_dev *d = pl->d;
+	struct h_vq *v = &d->vq[1];
+	uint64_t first = v->p_avail, j;	/* positions as counts from lap 0 */
+	bool wrap0 = v->p_avail_wrap;
+	bool taken[PULSE_WINDOW] = { 0 };
+
+#define PULSE_DESC(n)	(&v->pdesc[(n) % v->num])
+#define PULSE_WRAP(n)	(wrap0 ^ (((n) / v->num) & 1))
+	for (j = first; j < first + PULSE_WINDOW; j++) {
+		PULSE_DESC(j)->addr = h_buf(d, 1, j);
+		PULSE_DESC(j)->len = d->hdr_len + 64;
+		PULSE_DESC(j)->id = j % v->num;
+		__atomic_store_n(&PULSE_DESC(j)->flags, h_p_avail_flags(0, !PULSE_WRAP(j)), __ATOMIC_RELEASE);
+	}
+	while (!pl->stop) {
+		volatile unsigned int k;
+		unsigned int i;
+
+		for (i = 0; i < PULSE_WINDOW; i++) {
+			uint16_t off = h_p_avail_flags(0, !PULSE_WRAP(first + i));
+
+			if (!taken[i] && !__atomic_compare_exchange_n(&PULSE_DESC(first + i)->flags, &off,
+								      h_p_avail_flags(0, PULSE_WRAP(first + i)),
+								      false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				taken[i] = true;
+		}
+		for (k = 0; k < pl->spin; k++)
+			;
+		for (i = 0; i < PULSE_WINDOW; i++) {
+			uint16_t on = h_p_avail_flags(0, PULSE_WRAP(first + i));
+
+			if (!taken[i] && !__atomic_compare_exchange_n(&PULSE_DESC(first + i)->flags, &on,
+								      h_p_avail_flags(0, !PULSE_WRAP(first + i)),
+								      false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				taken[i] = true;
+		}
+		pl->pulses++;
+		/* The device takes chains in order: a taken prefix leaves. */
+		while (taken[0]) {
+			memmove(taken, taken + 1, sizeof(taken) - sizeof(taken[0]));
+			taken[PULSE_WINDOW - 1] = false;
+			first++;
+			pl->taken++;
+			j = first + PULSE_WINDOW - 1;
+			PULSE_DESC(j)->addr = h_buf(d, 1, j);
+			PULSE_DESC(j)->len = d->hdr_len + 64;
+			PULSE_DESC(j)->id = j % v->num;
+			__atomic_store_n(&PULSE_DESC(j)->flags, h_p_avail_flags(0, !PULSE_WRAP(j)),
+					 __ATOMIC_RELEASE);
+		}
+		if (!(pl->pulses % 64)) {
+			h_kick(d, 1);
+			if (h_now_ns() > pl->until)
+				pl->stop = true;
+		}
+		for (k = 0; k < 200; k++)
+			;
+	}
+#undef PULSE_DESC
+#undef PULSE_WRAP
+	return NULL;
+}
+
+static int pin_to(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
+}
+
+/* CPU time of this process's thread named `comm`, in clock ticks; 0 if
+ * there is none. */
+static unsigned long long thread_ticks(const char *comm)
+{
+	DIR *dir = opendir("/proc/self/task");
+	unsigned long long ticks = 0;
+	struct dirent *e;
+
+	if (!dir)
+		return 0;
+	while ((e = readdir(dir))) {
+		char path[300], buf[512], *p;
+		unsigned long long ut, st;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) && strstr(buf, comm) && (p = strrchr(buf, ')')) &&
+		    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+			ticks = ut + st;
+		fclose(f);
+	}
+	closedir(dir);
+	return ticks;
+}
+
+/* One device, pulses `spin` loop turns long for up to 3 s: how long
+ * GET_VRING_BASE on TX waits, in ns. */
+static uint64_t pulse_case(struct __test_metadata *_metadata, unsigned int spin)
+{
+	struct vhost_vring_state t = { .index = 1, .num = 1000 }, s = { .index = 1 };
+	int ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	struct pulser pl = { 0 };
+	struct h_dev d;
+	unsigned long long ticks;
+	uint64_t t0, took;
+	unsigned int i;
+
+	/* The workers are made at SET_OWNER, with this thread's CPU mask. */
+	if (pin_to(ncpu - 1) || h_setup(&d, &popts) || pin_to(0) ||
+	    h_ioctl(d.fd, VHOST_SET_VRING_BUSYLOOP_TIMEOUT, &t)) {
+		TH_LOG("setup failed");
+		return ~0ULL;
+	}
+	for (i = 0; i < d.vq[1].num; i++) {
+		uint8_t *p = h_ptr(&d, h_buf(&d, 1, i));
+
+		memset(p, 0, d.hdr_len);
+		h_frame(p + d.hdr_len, i, 64);
+	}
+	pl.d = &d;
+	pl.spin = spin;
+	pl.until = h_now_ns() + 3000ULL * 1000 * 1000;
+	if (pthread_create(&pl.thr, NULL, pulse_fn, &pl)) {
+		h_teardown(&d);
+		return ~0ULL;
+	}
+	h_kick(&d, 1);
+	ticks = thread_ticks("(vhost-net-rs-tx)");
+	usleep(300 * 1000);
+	ticks = thread_ticks("(vhost-net-rs-tx)") - ticks;
+	t0 = h_now_ns();
+	if (h_ioctl(d.fd, VHOST_GET_VRING_BASE, &s))
+		TH_LOG("GET_VRING_BASE failed");
+	took = h_now_ns() - t0;
+	pl.stop = true;
+	pthread_join(pl.thr, NULL);
+	TH_LOG("pulses of %u turns: GET_VRING_BASE took %llu ms; %lu pulses, %lu taken by the device; "
+	       "TX worker busy %llu%% before",
+	       spin, (unsigned long long)(took / 1000000), pl.pulses, pl.taken,
+	       ticks * 100 / (30 * sysconf(_SC_CLK_TCK) / 100));
+	h_teardown(&d);
+	return took;
+}
+
+TEST(i33_busy_poll_pulses_do_not_hold_the_queue)
+{
+	static const unsigned int spins[] = { 2, 30, 300, 3000 };
+	unsigned int i;
+
+	SKIP_ON_C();
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		SKIP(return, "needs two CPUs");
+	/* Which pulse length the device's look and pop fall on either side of
+	 * depends on the machine: several. */
+	for (i = 0; i < sizeof(spins) / sizeof(spins[0]); i++)
+		EXPECT_GT(1000ULL * 1000 * 1000, pulse_case(_metadata, spins[i]))
+			TH_LOG("the worker held the queue through the guest's pulses of %u turns", spins[i]);
+}
+
 TEST_HARNESS_MAIN
