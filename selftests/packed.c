@@ -1055,6 +1055,12 @@ TEST(dirty_log_rx)
  * used descriptor: the pulser sees its flags change and moves on to the
  * next position, as a driver would. Those passes are charged on any
  * driver (a packet went out); the ones that matter are the others.
+ *
+ * Whether pulses fall between the look and the pop often enough depends
+ * on the machine; under the project's TCG test VM they mostly do not (the
+ * device takes thousands of the pulsed chains, each charged), and this
+ * case passed on the driver that did not charge the others too. It bounds
+ * the queue's lock hold whatever the timing.
  */
 struct pulser {
 	struct h_dev *d;
