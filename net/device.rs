@@ -41,8 +41,10 @@ use crate::vhost::uapi::{read_arg, write_arg};
 use crate::vhost::virtqueue::VirtQueue;
 use kernel::sync::SetOnce;
 
-/// The module's limits, set once by [`VhostNet::register`] before any node
-/// exists, so every `open()` finds them.
+/// The module's limits, set once by [`VhostNet::register`] after every
+/// node is registered: an `open()` that does not find them (`-EAGAIN`) came
+/// while the module was still loading, and fails, so that no file can
+/// outlive a load whose later registration failed.
 static LIMITS: SetOnce<Limits> = SetOnce::new();
 
 /// The device's nodes: `/dev/vhost-net-rs`, and `/dev/vhost-net` with
@@ -254,16 +256,24 @@ impl VhostNet {
         drop_in: u32,
         workers: u32,
     ) -> impl PinInit<DevNodes, Error> {
-        // Set before the first node exists; `register` runs once, at load.
-        LIMITS.populate(limits);
+        // Read by a device's SET_OWNER, which comes after an `open()`, which
+        // needs the limits set below.
         WORKERS.populate(workers);
         // The drop-in node first: it is the one that fails in practice
-        // (EBUSY while C holds the minor), and nothing may fail after a
-        // node is registered, or a file opened in between would outlive
-        // the failed load.
+        // (EBUSY while C holds the minor), before anything else is
+        // registered. A node is live once registered, and misc_open may
+        // call `open()` on it at once; until the limits are set, after
+        // both nodes, `open()` refuses (`-EAGAIN`), so that a file opened
+        // on the first node cannot outlive a failed registration of the
+        // second (the C driver's single misc_register has no such window).
+        // `register` runs once, at load.
         try_pin_init!(DevNodes {
             _dropin: dropin_node(drop_in)?,
             _main <- MiscNode::register(c"vhost-net-rs", DYNAMIC_MINOR),
+        })
+        .pin_chain(move |_| {
+            LIMITS.populate(limits);
+            Ok(())
         })
     }
 }
@@ -273,7 +283,7 @@ impl MiscDevice for VhostNet {
     type Ptr = Pin<KBox<Self>>;
 
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
-        let limits = LIMITS.copy().ok_or(ENODEV)?;
+        let limits = LIMITS.copy().ok_or(EAGAIN)?;
         let channel = MissChannel::new()?;
         let rx = VirtQueue::new(RX_INDEX, channel.clone())?;
         let tx = VirtQueue::new(TX_INDEX, channel.clone())?;
