@@ -7,7 +7,7 @@
 use crate::net::NET_FEATURES;
 use crate::tap_glue::tap;
 use crate::vhost::dev::{fd_or_unbind, Queue, Queues};
-use crate::vhost::device_iotlb::MissControl;
+use crate::vhost::device_iotlb::{MessageError, MissControl};
 use crate::vhost::virtqueue::Backend;
 use crate::vhost::virtqueue::QueueConfig;
 use crate::vring::Features;
@@ -369,7 +369,13 @@ impl MiscDevice for VhostNet {
             .iotlb_message(&*me, &message)
             .map_err(|err| {
                 pr_debug!("IOTLB message type {} refused: {:?}\n", message.kind, err);
-                EFAULT
+                // As C's vhost_process_iotlb_msg: -ENOMEM when a mapping
+                // cannot be allocated, -EFAULT for everything else.
+                if err == MessageError::NoMemory {
+                    ENOMEM
+                } else {
+                    EFAULT
+                }
             })?;
         Ok(iotlb::MSG_LEN)
     }

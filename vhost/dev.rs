@@ -33,7 +33,8 @@ use crate::vring::Features;
 const MEM_REGIONS_HARD_MAX: u32 = 509;
 
 /// The upper bound of `max_iotlb_entries`: 32768 mappings of 48 bytes,
-/// 1.5 MiB per queue, allocated when a guest acks `ACCESS_PLATFORM`.
+/// 1.5 MiB per queue at most, allocated as userspace's updates fill the
+/// table and charged to its memory cgroup.
 const IOTLB_ENTRIES_HARD_MAX: u32 = 32768;
 
 /// The module's limits on what userspace may make a device allocate, from
@@ -323,12 +324,13 @@ impl<W> DevState<W> {
         if !queues.all(&|queue| queue.can_set_features(features)) {
             return Err(EBUSY);
         }
-        // Every table is allocated before any queue changes.
+        // Every table is made before any queue changes (empty: they grow
+        // as mappings arrive, see `device_iotlb::make_room`).
         let mut tables = KVec::new();
         if features.access_platform() {
             for _ in 0..queues.count() {
                 tables.push(
-                    device_iotlb::new_table(self.limits.iotlb_entries)?,
+                    device_iotlb::new_table(self.limits.iotlb_entries),
                     GFP_KERNEL,
                 )?;
             }
@@ -427,7 +429,9 @@ impl<W> DevState<W> {
         match message.kind {
             iotlb::MSG_UPDATE => {
                 // Every copy has taken every message so far, so they take
-                // or refuse this one alike.
+                // or refuse this one alike, once each has room for it: the
+                // memory is had first, for all of them.
+                queues.try_each(&mut |queue| queue.iotlb_make_room())?;
                 queues.try_each(&mut |queue| {
                     queue.iotlb_update(message.iova, message.size, message.uaddr, message.perm)
                 })?;

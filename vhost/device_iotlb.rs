@@ -64,14 +64,30 @@ pub(crate) trait PostMiss: Send + Sync {
     fn post(&self, queue: usize, miss: Miss) -> bool;
 }
 
-/// One queue's copy of the device IOTLB, its storage allocated once at
-/// the table's full size.
+/// One queue's copy of the device IOTLB, its storage grown as mappings
+/// arrive, up to the table's capacity ([`make_room`]).
 pub(crate) type QueueIotlb = Iotlb<KVVec<Mapping>>;
 
-/// An empty table of `capacity` mappings.
-pub(crate) fn new_table(capacity: usize) -> Result<QueueIotlb> {
-    let slots = KVVec::from_elem(Mapping::default(), capacity, GFP_KERNEL)?;
-    Ok(Iotlb::new(slots))
+/// An empty table of at most `capacity` mappings. Nothing is allocated
+/// yet: a guest without a vIOMMU's mappings costs nothing, and QEMU's
+/// SET_FEATURES at every start and migration allocates nothing either.
+pub(crate) fn new_table(capacity: usize) -> QueueIotlb {
+    Iotlb::with_capacity(KVVec::new(), capacity)
+}
+
+/// Makes room in `table` for the next update, growing its storage if it
+/// is full below its capacity. C allocates each mapping as it arrives
+/// (`vhost_iotlb_add_range_ctx`, `-ENOMEM` when it cannot); here the
+/// allocation may sleep (a `write()`, the queue's lock held), and is
+/// charged to the writer's memory cgroup (`GFP_KERNEL_ACCOUNT`, as C
+/// charges its other per-device allocations): the table is the owner's,
+/// up to `max_iotlb_entries` mappings per queue.
+pub(crate) fn make_room(table: &mut QueueIotlb) -> Result<(), MessageError> {
+    table.make_room(|slots, len| {
+        slots
+            .resize(len, Mapping::default(), GFP_KERNEL_ACCOUNT)
+            .map_err(|_| MessageError::NoMemory)
+    })
 }
 
 /// Why a message written to the device was refused. The C driver reports
@@ -81,6 +97,9 @@ pub(crate) enum MessageError {
     /// An update or invalidation while the device has no IOTLB
     /// (`ACCESS_PLATFORM` not acked).
     NoIotlb,
+    /// The table's storage could not grow for the update (`-ENOMEM`, as
+    /// in C).
+    NoMemory,
     /// The table refused the update.
     Update(UpdateError),
     /// An invalidation of size 0.

@@ -187,6 +187,10 @@ pub(crate) trait QueueConfig {
     fn can_set_features(&self, features: Features) -> bool;
     /// `VHOST_SET_BACKEND_FEATURES`: the format of this queue's misses.
     fn set_iotlb_format(&mut self, format: u32);
+    /// Before a `VHOST_IOTLB_UPDATE`: room for one more mapping in this
+    /// queue's copy of the table, so that the update itself, applied to
+    /// every copy, cannot fail on one for want of memory.
+    fn iotlb_make_room(&mut self) -> Result<(), MessageError>;
     /// `VHOST_IOTLB_UPDATE` on this queue's copy of the table.
     fn iotlb_update(
         &mut self,

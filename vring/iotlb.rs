@@ -115,10 +115,14 @@ pub(crate) enum UpdateError {
     BadUserAddr,
     /// The table has no room at all (`max_iotlb_entries` of 0).
     NoCapacity,
+    /// The table is below its capacity but its storage is full: the
+    /// caller did not make room first ([`Iotlb::make_room`]).
+    NoRoom,
 }
 
 /// The device IOTLB: at most `capacity` mappings, in a storage the caller
-/// allocated once.
+/// allocated at that size, or that grows as mappings arrive
+/// ([`Iotlb::with_capacity`], [`Iotlb::make_room`]).
 ///
 /// Mappings are kept sorted by `start`, and by insertion among equal
 /// starts, so that a lookup finds what the C driver's interval tree finds:
@@ -136,13 +140,16 @@ pub(crate) enum UpdateError {
 /// # Invariants
 ///
 /// `slots[..len]` are valid [`Mapping`]s, sorted by `(start, seq)`, each
-/// with its `reach`; `len <= slots.len()`; every `seq` is below `next_seq`.
+/// with its `reach`; `len <= slots.len()` and `len <= capacity`; every
+/// `seq` is below `next_seq`.
 /// Every [`Hit`] in `hits` is empty or holds an index below `len` and a
 /// range of addresses for which [`Iotlb::find`]'s search gives that
 /// mapping.
 pub(crate) struct Iotlb<S> {
     slots: S,
     len: usize,
+    /// The most mappings the table holds: a full table retires its oldest.
+    capacity: usize,
     next_seq: u64,
     /// The miss or refusal the last failed translation stopped at.
     last_fault: Cell<Option<TranslateError>>,
@@ -173,12 +180,24 @@ impl Hit {
 
 impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
     /// An empty table over `slots`, whose length is its capacity (the
-    /// contents are overwritten).
+    /// contents are overwritten): the host tests' tables.
+    #[cfg(any(test, feature = "fuzz"))]
     pub(crate) fn new(slots: S) -> Self {
+        let capacity = slots.len();
+        Self::with_capacity(slots, capacity)
+    }
+
+    /// An empty table of at most `capacity` mappings over `slots`, which
+    /// may be shorter (empty, even): the caller lengthens it when
+    /// [`Iotlb::make_room`] asks, as mappings arrive, rather than
+    /// allocating for the whole capacity up front (C allocates each
+    /// mapping as it arrives).
+    pub(crate) fn with_capacity(slots: S, capacity: usize) -> Self {
         // INVARIANT: no mapping yet.
         Iotlb {
             slots,
             len: 0,
+            capacity,
             next_seq: 0,
             last_fault: Cell::new(None),
             hits: [const { Cell::new(Hit::EMPTY) }; HITS],
@@ -239,10 +258,10 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
         if perm & (ACCESS_RO | ACCESS_WO) != 0 && ulast >= user_limit {
             return Err(UpdateError::BadUserAddr);
         }
-        if self.slots.is_empty() {
+        if self.capacity == 0 {
             return Err(UpdateError::NoCapacity);
         }
-        if self.len == self.slots.len() {
+        if self.len >= self.capacity {
             let oldest = self
                 .mappings()
                 .iter()
@@ -252,6 +271,9 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
             if let Some(index) = oldest {
                 self.remove_at(index);
             }
+        }
+        if self.len >= self.slots.len() {
+            return Err(UpdateError::NoRoom);
         }
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -272,6 +294,23 @@ impl<S: DerefMut<Target = [Mapping]>> Iotlb<S> {
         self.len += 1;
         self.fix_reach(at);
         Ok(())
+    }
+
+    /// Makes room for one more mapping, so that the next
+    /// [`Iotlb::update`] needs no memory: when the storage is full below
+    /// the capacity, `grow` is called with the storage and the length it
+    /// must reach (twice the mappings held, at least 16, at most the
+    /// capacity), and must lengthen it to that or fail. A full table needs
+    /// no room: an update retires its oldest mapping.
+    pub(crate) fn make_room<E>(
+        &mut self,
+        grow: impl FnOnce(&mut S, usize) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if self.len < self.slots.len() || self.len >= self.capacity {
+            return Ok(());
+        }
+        let want = self.len.saturating_mul(2).clamp(16, self.capacity);
+        grow(&mut self.slots, want)
     }
 
     /// `VHOST_IOTLB_INVALIDATE`: removes every mapping that overlaps

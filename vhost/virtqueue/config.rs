@@ -10,7 +10,7 @@ use crate::tap_glue::eventfd::EventFd;
 use crate::tap_glue::file_poll::{FilePoll, PollableFile, POLLIN};
 use crate::tap_glue::uaccess::{user_limit, OwnerMem};
 use crate::tap_glue::worker::Waker;
-use crate::vhost::device_iotlb::{MessageError, PostMiss, QueueIotlb};
+use crate::vhost::device_iotlb::{self, MessageError, PostMiss, QueueIotlb};
 use crate::vhost::uapi::{VringAddr, VHOST_VRING_F_LOG_MASK};
 use crate::vring::dirty_log::{DirtyLog, LogError, WriteLog};
 use crate::vring::iotlb::{self};
@@ -504,6 +504,10 @@ impl<B: Backend> QueueConfig for VqState<B> {
     /// `VHOST_IOTLB_INVALIDATE` on this queue's copy. Holding the queue's
     /// lock here means no run of the worker is in progress: the next one
     /// translates through the table as it is now.
+    fn iotlb_make_room(&mut self) -> Result<(), MessageError> {
+        device_iotlb::make_room(self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?)
+    }
+
     fn iotlb_invalidate(&mut self, iova: u64, size: u64) -> Result<(), MessageError> {
         let iotlb = self.iotlb.as_mut().ok_or(MessageError::NoIotlb)?;
         iotlb.invalidate(iova, size);

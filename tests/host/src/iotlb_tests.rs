@@ -480,3 +480,58 @@ fn remembered_lookups_agree_with_the_search() {
     t.clear();
     assert_eq!(t.find(0x1800), None);
 }
+
+#[test]
+fn a_growing_table_allocates_as_mappings_arrive_and_keeps_its_bound() {
+    // The module's tables (issue 33): nothing allocated up front, the
+    // storage grown when an update needs room, never past the capacity.
+    let mut t = Iotlb::with_capacity(Vec::new(), 40);
+    let grown = std::cell::RefCell::new(Vec::new());
+    let grow = |slots: &mut Vec<Mapping>, len: usize| -> Result<(), ()> {
+        grown.borrow_mut().push(len);
+        slots.resize(len, Mapping::default());
+        Ok(())
+    };
+    // Without room an update is refused, the table unchanged.
+    assert_eq!(
+        t.update(0, 0x1000, 0x1000, RW, USER_LIMIT),
+        Err(UpdateError::NoRoom)
+    );
+    for page in 0..100u64 {
+        t.make_room(grow).unwrap();
+        t.update(page << 12, 0x1000, 0x10_0000 + (page << 12), RW, USER_LIMIT)
+            .unwrap();
+        assert!(t.len() <= 40);
+    }
+    // 16, then twice the mappings held, then the capacity; a full table
+    // retires its oldest instead of growing.
+    assert_eq!(*grown.borrow(), vec![16, 32, 40]);
+    assert_eq!(t.len(), 40);
+    assert!(t.find(59 << 12).is_none());
+    assert!(t.find(60 << 12).is_some());
+    // A failed allocation leaves the table as it was, and the update
+    // without the room it asked for is refused.
+    let mut t = Iotlb::with_capacity(Vec::new(), 40);
+    for page in 0..16u64 {
+        t.make_room(grow).unwrap();
+        t.update(page << 12, 0x1000, 0x1000, RW, USER_LIMIT)
+            .unwrap();
+    }
+    assert_eq!(
+        t.make_room(|_: &mut Vec<Mapping>, _| Err::<(), _>("no memory")),
+        Err("no memory")
+    );
+    assert_eq!(
+        t.update(16 << 12, 0x1000, 0x1000, RW, USER_LIMIT),
+        Err(UpdateError::NoRoom)
+    );
+    assert_eq!(t.len(), 16);
+    assert!(t.find(15 << 12).is_some());
+    // No capacity at all is refused as before.
+    let mut none = Iotlb::with_capacity(Vec::<Mapping>::new(), 0);
+    none.make_room(grow).unwrap();
+    assert_eq!(
+        none.update(0, 1, 0, RW, USER_LIMIT),
+        Err(UpdateError::NoCapacity)
+    );
+}
