@@ -79,8 +79,9 @@ static int pin(pid_t tid, int cpu)
 	return sched_setaffinity(tid, sizeof(set), &set) ? -errno : 0;
 }
 
-/* The TX worker among this process's threads: vhost-net-rs's
- * "vhost-net-rs-tx", or C's one worker per device, "vhost-<pid>". */
+/* The TX worker among this process's threads: vhost-net-rs's one worker
+ * per device, "vhost-net-rs" ("vhost-net-rs-tx" with workers=2), or C's,
+ * "vhost-<pid>". */
 static pid_t tx_worker(void)
 {
 	DIR *dir = opendir("/proc/self/task");
@@ -102,7 +103,7 @@ static pid_t tx_worker(void)
 		if (fgets(comm, sizeof(comm), f))
 			comm[strcspn(comm, "\n")] = 0;
 		fclose(f);
-		if (!strcmp(comm, "vhost-net-rs-tx") ||
+		if (!strcmp(comm, "vhost-net-rs") || !strcmp(comm, "vhost-net-rs-tx") ||
 		    (!strncmp(comm, "vhost-", 6) && strncmp(comm, "vhost-net-rs", 12)))
 			found = atoi(e->d_name);
 	}
