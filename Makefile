@@ -11,6 +11,9 @@
 #                        run depmod, and install the udev rule, the modprobe
 #                        options and a modules-load.d entry (DESTDIR= prefix)
 #   make uninstall       remove all of that again
+#   make deb             build vhost-net-rs-dkms_VERSION_all.deb (debian/: the
+#                        source for DKMS, which rebuilds the module for each new
+#                        kernel; see docs/lifecycle.md), and run lintian on it
 #   make CLIPPY=1        the same, with clippy lints (must stay warning-free)
 #   make setup           install tools and build the test kernel (scripts/setup)
 #   make check           check-docs, then every selftest in a VM (the test command)
@@ -63,7 +66,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
+.PHONY: deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 .PHONY: help check-docs results
 
@@ -118,9 +121,29 @@ uninstall:
 	rm -f "$(MODDIR)/vhost-net-rs.ko" "$(MODDIR)"/vhost-net-rs.ko.* $(ETC_FILES)
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 
+# The package is built from the files git knows, in a scratch copy, with a
+# debian/changelog made from VERSION and the last commit (one version, in
+# one place). Needs debhelper and dh-dkms; lintian if installed. The .deb
+# lands here.
+DEB = vhost-net-rs-dkms_$(shell cat $(ROOT)/VERSION)_all.deb
+deb:
+	@command -v dpkg-buildpackage >/dev/null && command -v dh_dkms >/dev/null \
+		|| { echo "make deb needs debhelper and dh-dkms: apt install debhelper dh-dkms" >&2; exit 1; }
+	@set -e; v=$$(cat $(ROOT)/VERSION); w=$$(mktemp -d); trap 'rm -rf "$$w"' EXIT; \
+	src=$$w/vhost-net-rs-$$v; mkdir -p "$$src"; \
+	cd $(ROOT) && git ls-files -co --exclude-standard -z | grep -zv '^results/' | xargs -0 cp --parents -t "$$src"; \
+	date=$$(git -C $(ROOT) log -1 --format=%aD 2>/dev/null || date -R); \
+	rev=$$(git -C $(ROOT) rev-parse --short HEAD 2>/dev/null || echo unknown); \
+	maint=$$(sed -n 's/^Maintainer: //p' $(ROOT)/debian/control); \
+	printf 'vhost-net-rs (%s) unstable; urgency=medium\n\n  * vhost-net-rs %s (commit %s).\n\n -- %s  %s\n' \
+		"$$v" "$$v" "$$rev" "$$maint" "$$date" >"$$src/debian/changelog"; \
+	(cd "$$src" && dpkg-buildpackage -b -us -uc >"$$w/build.log" 2>&1) || { tail -n 30 "$$w/build.log"; exit 1; }; \
+	cp "$$w/$(DEB)" $(ROOT)/; echo "built $(ROOT)/$(DEB)"; \
+	if command -v lintian >/dev/null; then lintian --info $(ROOT)/$(DEB); else echo "lintian not installed: not checked"; fi
+
 clean:
 	@if [ -n "$(KDIR)" ]; then $(MAKE) -C $(KDIR) M=$(ROOT) $(KFLAGS) clean; fi
-	rm -rf $(ROOT)/selftests/build
+	rm -rf $(ROOT)/selftests/build $(ROOT)/vhost-net-rs-dkms_*_all.deb
 
 setup:
 	$(ROOT)/scripts/setup
