@@ -66,7 +66,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
+.PHONY: dkms-modules deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 .PHONY: help check-docs results
 
@@ -115,6 +115,12 @@ install: install-check modules
 	install -D -m 0644 $(ROOT)/etc/vhost-net-rs.conf $(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf
 	install -D -m 0644 $(ROOT)/etc/modules-load.conf $(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 	@echo "Installed vhost-net-rs $$(cat $(ROOT)/VERSION) for Linux $(KRELEASE). Load it with: modprobe vhost_net_rs"
+
+# DKMS's MAKE (dkms.conf): against the tree scripts/dkms-prebuild chose
+# and built the module against, which it wrote to .vnr-kdir.
+dkms-modules:
+	@test -s $(ROOT)/.vnr-kdir || { echo "no .vnr-kdir: scripts/dkms-prebuild did not run (dkms.conf's PRE_BUILD)" >&2; exit 1; }
+	$(MAKE) -f $(ROOT)/Makefile KDIR="$$(cat $(ROOT)/.vnr-kdir)" modules
 
 # Needs no kernel tree: KDIR= (or the running kernel) only names the release.
 uninstall:
