@@ -35,6 +35,9 @@
 #   make bench-nic       iperf3 by NIC model (scripts/nicbench)
 #   make check-e2e       make check with the whole end-to-end set (14 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
+#   make check-package   the Debian package in Debian 13 (scripts/package-test):
+#                        make deb, lintian, install, a kernel upgrade, a kernel
+#                        it cannot be built for, remove and purge
 #   make check-distro    build for Debian 13's stock kernel as a Debian user
 #                        would, boot that kernel in the VM and run the
 #                        selftests there (scripts/distro-test)
@@ -66,7 +69,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: dkms-modules deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
+.PHONY: check-package dkms-modules deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 .PHONY: help check-docs results
 
@@ -169,6 +172,9 @@ check-debug:
 
 check-distro:
 	$(ROOT)/scripts/distro-test $(ARGS)
+
+check-package:
+	$(ROOT)/scripts/package-test $(ARGS)
 
 demo:
 	$(ROOT)/scripts/demo $(ARGS)
