@@ -447,6 +447,17 @@ static unsigned long vi_stop(struct viommu *vi)
 	return vi->served[0] + vi->served[1];
 }
 
+/* Maps both queues' rings in the vIOMMU: 0 or -errno. */
+static int map_rings(struct viommu *vi, struct h_dev *d)
+{
+	int q, r;
+
+	for (q = 0; q < 2; q++)
+		if ((r = vi_map_range(vi, ring_iova(d, q), ring_len(d, q))))
+			return r;
+	return 0;
+}
+
 /* VHOST_NET_SET_BACKEND of both queues, d's tap: 0 or -errno. */
 static int set_backends(struct h_dev *d)
 {
@@ -778,12 +789,11 @@ TEST(miss_message_format)
 	struct viommu vi;
 	struct h_dev d;
 	union msg m;
-	int ep, q;
+	int ep;
 
 	ASSERT_EQ(0, h_setup(&d, &opts));
 	vi_init(&vi, &d);
-	for (q = 0; q < 2; q++)
-		ASSERT_EQ(0, vi_map_range(&vi, ring_iova(&d, q), ring_len(&d, q)));
+	ASSERT_EQ(0, map_rings(&vi, &d));
 	ASSERT_EQ(0, set_backends(&d));
 	ep = epoll_create1(0);
 	ASSERT_LE(0, ep);
@@ -919,12 +929,10 @@ TEST(miss_stops_the_queue_and_update_restarts_it)
 	uint64_t buf, cpu;
 	uint16_t used;
 	union msg m;
-	int q;
 
 	ASSERT_EQ(0, h_setup(&d, &opts));
 	vi_init(&vi, &d);
-	for (q = 0; q < 2; q++)
-		ASSERT_EQ(0, vi_map_range(&vi, ring_iova(&d, q), ring_len(&d, q)));
+	ASSERT_EQ(0, map_rings(&vi, &d));
 	ASSERT_EQ(0, set_backends(&d));
 
 	buf = bufs_iova(&d, 1) + PAGE + 512;
@@ -1325,12 +1333,10 @@ TEST(read_only_rx_buffer_is_never_written)
 	struct h_dev d;
 	uint64_t bufs, len, i;
 	union msg m;
-	int q;
 
 	ASSERT_EQ(0, h_setup(&d, &opts));
 	vi_init(&vi, &d);
-	for (q = 0; q < 2; q++)
-		ASSERT_EQ(0, vi_map_range(&vi, ring_iova(&d, q), ring_len(&d, q)));
+	ASSERT_EQ(0, map_rings(&vi, &d));
 	/* Four RX buffers, two pages, read-only. */
 	bufs = h_buf(&d, 0, 0);
 	len = 4 * d.vq[0].buf_size;
@@ -1523,8 +1529,7 @@ TEST(i33_unbind_forgets_an_unanswered_miss)
 
 	ASSERT_EQ(0, h_setup(&d, &opts));
 	vi_init(&vi, &d);
-	for (q = 0; q < 2; q++)
-		ASSERT_EQ(0, vi_map_range(&vi, ring_iova(&d, q), ring_len(&d, q)));
+	ASSERT_EQ(0, map_rings(&vi, &d));
 	ASSERT_EQ(0, set_backends(&d));
 
 	/* MISS(A), read and never answered. */
@@ -1554,8 +1559,7 @@ TEST(i33_unbind_forgets_an_unanswered_miss)
 	ASSERT_EQ(0, set_backends(&d));
 	ASSERT_EQ(0, h_ioctl(d.fd, VHOST_SET_FEATURES, &d.features));
 	memset(vi.mapped, 0, sizeof(vi.mapped));
-	for (q = 0; q < 2; q++)
-		ASSERT_EQ(0, vi_map_range(&vi, ring_iova(&d, q), ring_len(&d, q)));
+	ASSERT_EQ(0, map_rings(&vi, &d));
 	h_kick(&d, 1);
 	/* MISS(B) within a second. A worker that ran between the bind and
 	 * the mapping of the rings may have asked for a ring page first. */
