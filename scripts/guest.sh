@@ -170,29 +170,57 @@ g_start() {
 	[ -n "${G_QMP:-}" ] && args+=(-qmp "unix:$G_QMP,server=on,wait=off")
 	# shellcheck disable=SC2206  # split at spaces, as documented
 	[ -n "${G_QEMU_ARGS:-}" ] && args+=($G_QEMU_ARGS)
+	G_RUN_VHOSTDEV='' G_RUN_TAPDEV=${G_TAPDEV:-}
+	[ "$queues" = 1 ] && G_RUN_VHOSTDEV=$vhostdev
+	G_RUN_CMD=("${launcher[@]}" qemu-system-x86_64 "${args[@]}")
+	g_launch
+}
+
+# g_launch: starts the command g_start composed (G_RUN_*), with the vhost
+# node on fd 3 and the macvtap on fd 4 where it takes them; sets G_PID.
+g_launch() {
 	(
-		if [ -n "$vhostdev" ] && [ "$queues" = 1 ]; then exec 3<>"$vhostdev" || exit 1; fi
-		if [ -n "${G_TAPDEV:-}" ]; then exec 4<>"$G_TAPDEV" || exit 1; fi
-		exec "${launcher[@]}" qemu-system-x86_64 "${args[@]}"
+		if [ -n "$G_RUN_VHOSTDEV" ]; then exec 3<>"$G_RUN_VHOSTDEV" || exit 1; fi
+		if [ -n "$G_RUN_TAPDEV" ]; then exec 4<>"$G_RUN_TAPDEV" || exit 1; fi
+		exec "${G_RUN_CMD[@]}"
 	) >"$G_LOG.qemu" 2>&1 &
 	G_PID=$!
 }
 
 # g_wait: waits until the guest is up and answers ping. Prints the seconds
-# it took; fails with QEMU's own message if QEMU died.
+# it took and keeps them in G_BOOT_S; fails with QEMU's own message if QEMU
+# died. Call it in the shell that called g_start, not in $(...): it may
+# start QEMU again (below), which changes G_PID.
+#
+# Under nested KVM (the test VM's SVM, emulated by TCG) a guest now and then
+# resets while its kernel boots, before virtio-net is even probed, and with
+# -no-reboot QEMU then exits without a word, on either driver. Such an exit
+# is retried once, saying so; a second one, or any exit under TCG, fails.
+G_BOOT_S=
 g_wait() {
-	local t0=$SECONDS
+	local t0=$SECONDS retried=
+	G_BOOT_S=
 	while [ $((SECONDS - t0)) -lt "$G_BOOT_TIMEOUT" ]; do
 		if ! kill -0 "$G_PID" 2>/dev/null; then
+			if [ -z "$retried" ] && [ "$(g_accel)" = kvm ] && [ ! -s "$G_LOG.qemu" ] &&
+				! grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null && [ -z "$(g_oops)" ]; then
+				retried=1
+				echo "# the nested guest's QEMU exited silently during boot under KVM" \
+					"(console: $(tail -n 1 "$G_LOG" 2>/dev/null | tr -d '\r' | head -c 120)); booting it once more" >&2
+				wait "$G_PID" 2>/dev/null
+				g_launch
+				continue
+			fi
 			echo "QEMU exited: $(tail -n 5 "$G_LOG.qemu" 2>/dev/null)" >&2
 			g_oops | sed 's/^/# /' >&2
 			return 1
 		fi
 		if grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null && ping -c 1 -W 1 "$G_GUEST_IP" >/dev/null 2>&1; then
+			G_BOOT_S=$((SECONDS - t0))
 			# For the timing table (selftests/in-vm); on stderr, as
-			# callers take the seconds from stdout.
-			echo "# nested guest up after $((SECONDS - t0)) s ($(g_accel))" >&2
-			echo $((SECONDS - t0))
+			# callers take the seconds from stdout or G_BOOT_S.
+			echo "# nested guest up after $G_BOOT_S s ($(g_accel))" >&2
+			echo "$G_BOOT_S"
 			return 0
 		fi
 		sleep 1

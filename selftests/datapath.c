@@ -784,6 +784,25 @@ static int tnl_injector(struct h_dev *d, char *br)
 	return fd;
 }
 
+/* Whether an Ethernet frame is IPv4 UDP to the VXLAN port (tnl_frame's). */
+static bool is_vxlan(const uint8_t *f, size_t len)
+{
+	return len >= 38 && f[12] == 0x08 && f[13] == 0x00 && f[23] == 17 &&
+	       f[36] == 0x12 && f[37] == 0xb5;
+}
+
+/* The first `len` bytes of `p` in hex, for a log line. */
+static const char *hex(const uint8_t *p, size_t len)
+{
+	static char s[3 * 64 + 1];
+	size_t i;
+
+	for (i = 0; i < len && i < 64; i++)
+		snprintf(s + 2 * i, 3, "%02x", p[i]);
+	s[2 * i] = 0;
+	return s;
+}
+
 /*
  * Guest RX of tunnelled TCP GSO frames: the device hands the guest tun's
  * 24-byte header (tun_vnet_hdr_tnl_from_skb) with the tunnel GSO type and
@@ -798,7 +817,7 @@ TEST(udp_tunnel_gso_rx)
 	struct h_dev d;
 	struct h_opts o = base_opts;
 	uint32_t seq = 0;
-	unsigned int i, k;
+	unsigned int i, k, strays = 0;
 	char br[IFNAMSIZ], cmd[64];
 	int inj;
 
@@ -820,6 +839,17 @@ TEST(udp_tunnel_gso_rx)
 			ASSERT_EQ((ssize_t)(sizeof(h) + lens[i]), writev(inj, io, 2))
 				TH_LOG("injector write: %s", strerror(errno));
 			off = h_rx_take(&d, got, sizeof(got), &nb);
+			/* The bridge's own traffic (on some kernels a short
+			 * frame the host stack sends through it) reaches the
+			 * guest too: skip what is not a VXLAN frame, a few at
+			 * most, and show what it was. */
+			while (off > (ssize_t)sizeof(h) && strays < 8 && !is_vxlan(got + sizeof(h), off - sizeof(h))) {
+				strays++;
+				TH_LOG("stray frame of %zd bytes skipped: %s", off - (ssize_t)sizeof(h),
+				       hex(got + sizeof(h), off - sizeof(h) < 64 ? off - sizeof(h) : 64));
+				h_rx_fill(&d, nb);
+				off = h_rx_take(&d, got, sizeof(got), &nb);
+			}
 			ASSERT_EQ((ssize_t)(sizeof(h) + lens[i]), off)
 				TH_LOG("frame %u of %zu bytes: %zd in %u buffers", seq, lens[i], off, nb);
 			memcpy(&r, got, sizeof(r));

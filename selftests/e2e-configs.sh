@@ -82,10 +82,10 @@ within() { awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN { exit !(a <= b + p) }'; }
 
 # boot LABEL PATH: starts the guest and reports whether it came up.
 boot() {
-	local label=$1 path=$2 t
+	local label=$1 path=$2
 	g_start "$path"
-	if t=$(g_wait); then
-		vnr_pass "${label}_guest_boots" "reachable after ${t}s"
+	if g_wait >/dev/null; then
+		vnr_pass "${label}_guest_boots" "reachable after ${G_BOOT_S}s"
 	else
 		vnr_fail "${label}_guest_boots" "$(tail -n 3 "$G_LOG" 2>/dev/null)" "$(cat "$G_LOG.qemu" 2>/dev/null)"
 		g_stop
