@@ -839,10 +839,10 @@ TEST(udp_tunnel_gso_rx)
 			ASSERT_EQ((ssize_t)(sizeof(h) + lens[i]), writev(inj, io, 2))
 				TH_LOG("injector write: %s", strerror(errno));
 			off = h_rx_take(&d, got, sizeof(got), &nb);
-			/* The bridge's own traffic (on some kernels a short
-			 * frame the host stack sends through it) reaches the
-			 * guest too: skip what is not a VXLAN frame, a few at
-			 * most, and show what it was. */
+			/* The bridge's own traffic reaches the guest too (on
+			 * Debian's kernels, with IGMP snooping, the bridge's
+			 * IGMPv3 report for 224.0.0.106): skip what is not a
+			 * VXLAN frame, a few at most, and show what it was. */
 			while (off > (ssize_t)sizeof(h) && strays < 8 && !is_vxlan(got + sizeof(h), off - sizeof(h))) {
 				strays++;
 				TH_LOG("stray frame of %zd bytes skipped: %s", off - (ssize_t)sizeof(h),
