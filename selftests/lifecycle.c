@@ -135,7 +135,8 @@ static void top_growth(char *buf, size_t len, int top)
 
 	buf[0] = 0;
 	for (int t = 0; t < top; t++) {
-		long long best = 0, grown;
+		long long best = 0, grown, was;
+		const char *name;
 		int pick = -1;
 
 		for (int i = 0; i < s3.n; i++) {
@@ -148,10 +149,10 @@ static void top_growth(char *buf, size_t len, int top)
 		if (pick < 0 || used >= len)
 			break;
 		taken[pick] = true;
+		name = s3.c[pick].name;
+		was = h_slabs_active(&s0, name);
 		used += snprintf(buf + used, len - used, "%s%s %+lld/%+lld x%lld", t ? ", " : "",
-				 s3.c[pick].name,
-				 h_slabs_active(&s1, s3.c[pick].name) - h_slabs_active(&s0, s3.c[pick].name),
-				 s3.c[pick].active - h_slabs_active(&s0, s3.c[pick].name),
+				 name, h_slabs_active(&s1, name) - was, s3.c[pick].active - was,
 				 s3.c[pick].size);
 	}
 }
@@ -176,31 +177,33 @@ static void run_cycles(struct __test_metadata *_metadata, int configure)
 	ASSERT_EQ(0, cycle(dev, 200, configure));	/* warm up caches */
 	for (attempt = 0; attempt < 3; attempt++) {
 		h_settle();
-		ASSERT_EQ(0, reading(&s0, &vm0)) TH_LOG("cannot read /proc/slabinfo or /proc/meminfo");
+		ASSERT_EQ(0, reading(&s0, &vm0))
+			TH_LOG("cannot read /proc/slabinfo or /proc/meminfo");
 		ASSERT_EQ(0, cycle(dev, CYCLES, configure));
 		ASSERT_EQ(0, settled(&s1, &vm1, vm0, LIMIT, VMALLOC_LIMIT_KB, &g1, &v1));
 		if (g1 <= LIMIT && v1 <= VMALLOC_LIMIT_KB) {
-			TH_LOG("attempt %d: slab %lld -> %lld bytes (%+lld), vmalloc %+lld kB over %d "
-			       "cycles (%s %+lld objects, left out)",
+			TH_LOG("attempt %d: slab %lld -> %lld bytes (%+lld), vmalloc %+lld kB over %d cycles (%s %+lld objects, left out)",
 			       attempt, counted_bytes(&s0), counted_bytes(&s1), g1, v1, CYCLES,
-			       lazy_cache, h_slabs_active(&s1, lazy_cache) - h_slabs_active(&s0, lazy_cache));
+			       lazy_cache,
+			       h_slabs_active(&s1, lazy_cache) - h_slabs_active(&s0, lazy_cache));
 			leak = false;
 			break;
 		}
 		ASSERT_EQ(0, cycle(dev, 2 * CYCLES, configure));
-		ASSERT_EQ(0, settled(&s3, &vm3, vm0, g1 + 2 * LIMIT, v1 + 2 * VMALLOC_LIMIT_KB, &g3, &v3));
+		ASSERT_EQ(0, settled(&s3, &vm3, vm0, g1 + 2 * LIMIT, v1 + 2 * VMALLOC_LIMIT_KB,
+				     &g3, &v3));
 		leak = g3 - g1 > 2 * LIMIT || v3 - v1 > 2 * VMALLOC_LIMIT_KB;
 		top_growth(top, sizeof(top), 5);
-		TH_LOG("attempt %d: slab %lld bytes, %+lld after %d cycles, %+lld after %d; vmalloc "
-		       "%+lld kB, %+lld kB (%s); grew most (objects after %d/%d cycles x size; %s "
-		       "left out): %s",
+		TH_LOG("attempt %d: slab %lld bytes, %+lld after %d cycles, %+lld after %d; vmalloc %+lld kB, %+lld kB (%s); grew most (objects after %d/%d cycles x size; %s left out): %s",
 		       attempt, counted_bytes(&s0), g1, CYCLES, g3, 3 * CYCLES, v1, v3,
-		       leak ? "grows with the cycles" : "noise", CYCLES, 3 * CYCLES, lazy_cache, top);
+		       leak ? "grows with the cycles" : "noise", CYCLES, 3 * CYCLES, lazy_cache,
+		       top);
 		if (!leak)
 			break;
 	}
-	EXPECT_FALSE(leak) TH_LOG("grew by more than %lld slab bytes or %lld vmalloc kB per %d cycles "
-				  "in every attempt", LIMIT, VMALLOC_LIMIT_KB, CYCLES);
+	EXPECT_FALSE(leak)
+		TH_LOG("grew by more than %lld slab bytes or %lld vmalloc kB per %d cycles in every attempt",
+		       LIMIT, VMALLOC_LIMIT_KB, CYCLES);
 }
 
 TEST(open_close_1000_no_leak)
