@@ -1916,6 +1916,64 @@ static inline long long h_slab_active_bytes(void)
 	return total;
 }
 
+/* Each slab cache's active objects and object size, as /proc/slabinfo
+ * gives them: what a memory comparison logs, so that growth names its
+ * cache. */
+#define H_SLAB_CACHES 512
+struct h_slab_cache {
+	char name[64];
+	long long active, size;
+};
+struct h_slabs {
+	int n;
+	struct h_slab_cache c[H_SLAB_CACHES];
+};
+
+/* Reads /proc/slabinfo into `s`: 0, or -errno. Caches past H_SLAB_CACHES
+ * are left out (-E2BIG). */
+static inline int h_slabs_read(struct h_slabs *s)
+{
+	FILE *f = fopen("/proc/slabinfo", "r");
+	char line[512];
+	struct h_slab_cache c;
+	long long num;
+	int ret = 0;
+
+	if (!f)
+		return -errno;
+	s->n = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%63s %lld %lld %lld", c.name, &c.active, &num, &c.size) != 4)
+			continue;
+		if (s->n == H_SLAB_CACHES) {
+			ret = -E2BIG;
+			break;
+		}
+		s->c[s->n++] = c;
+	}
+	fclose(f);
+	return ret;
+}
+
+/* Bytes in active objects over every cache of `s` (as h_slab_active_bytes). */
+static inline long long h_slabs_bytes(const struct h_slabs *s)
+{
+	long long total = 0;
+
+	for (int i = 0; i < s->n; i++)
+		total += s->c[i].active * s->c[i].size;
+	return total;
+}
+
+/* Active objects of cache `name` in `s`; 0 if it has none. */
+static inline long long h_slabs_active(const struct h_slabs *s, const char *name)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(s->c[i].name, name))
+			return s->c[i].active;
+	return 0;
+}
+
 /* Shrinks every slab cache (/sys/kernel/slab/NAME/shrink). Besides giving
  * empty slabs back, this empties KASAN's quarantine, where freed objects
  * wait (and count in Slab:) before they are really freed: on the debug
