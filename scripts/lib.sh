@@ -163,3 +163,17 @@ vnr_build_load() {
 vnr_dmesg_bad() {
 	dmesg | grep -E 'BUG:|WARNING:|Oops|KASAN|possible recursive locking|circular locking|sleeping function called from invalid context|Call Trace'
 }
+
+# The test VM's lenses that the host's load does not move (scripts/bench
+# --icount and --insns, scripts/demo): virtual time, where every guest
+# instruction takes 2 ns and idle time is skipped.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+VNR_ICOUNT_OPTS='-icount shift=1,sleep=off'
+
+# vnr_insns_plugin SO: builds the instruction-counting QEMU plugin
+# (scripts/insns-plugin.c) into SO; the VM's QEMU loads it with
+# "-plugin file=SO,out=MARKS[,hist=HIST][,vcpus=N]". TCG only.
+vnr_insns_plugin() {
+	[ "${VNR_ACCEL:-tcg}" = tcg ] || die "the instruction counter runs under TCG only (VNR_ACCEL=tcg)"
+	gcc -O2 -Wall -shared -fPIC -o "$1" "$VNR_ROOT/scripts/insns-plugin.c" || die "building the plugin failed"
+}
