@@ -20,7 +20,9 @@
 #   make quick           the inner loop: build with clippy, host unit tests,
 #                        and one VM boot with the core suites (ABI, data
 #                        path, security) on vhost-net-rs
-#   make demo            the ping-flood comparison in the VM: vhost-net-rs, C, userspace
+#   make demo            the ping-flood comparison in the VM: vhost-net-rs, C, userspace,
+#                        repeated with medians and spreads (ARGS="--icount --insns":
+#                        virtual time, instructions counted; ARGS=--help: the rest)
 #   make check-docs      check the README's and docs/' claims against the tree (host only)
 #   make results         regenerate results/README.md from the runs it cites
 #   make help            this list

@@ -124,8 +124,8 @@ vnr_load() {
 # shellcheck disable=SC2034  # used by the scripts that source this file
 VNR_VM_LOAD='. scripts/lib.sh && vnr_load'
 
-# vnr_build_load host|vm [--selftests]: the build and load step of the
-# scripts that run the module (bench, demo, nicbench, pingbench, soak).
+# vnr_build_load host|vm [--selftests] [--no-setup]: the build and load step
+# of the scripts that run the module (bench, demo, nicbench, pingbench, soak).
 #   host  this machine's own kernel: builds the module against
 #         /lib/modules/$(uname -r)/build and loads it and vhost_net here
 #         (vnr_load). Needs root.
@@ -133,10 +133,18 @@ VNR_VM_LOAD='. scripts/lib.sh && vnr_load'
 #         test kernel (sets KDIR). The VM command loads: $VNR_VM_LOAD.
 # --selftests also builds selftests/build/*, against the test kernel's
 # headers in both modes (the kselftest harness and uapi headers come from
-# its tree).
+# its tree). --no-setup skips scripts/setup in vm mode, as selftests/run
+# --no-setup does: the test kernel must already be built.
 vnr_build_load() {
-	local mode=$1 tests=0 kb tk
-	[ "${2:-}" = --selftests ] && tests=1
+	local mode=$1 tests=0 setup=1 kb tk a
+	shift
+	for a in "$@"; do
+		case "$a" in
+		--selftests) tests=1 ;;
+		--no-setup) setup=0 ;;
+		*) die "vnr_build_load: unknown option '$a'" ;;
+		esac
+	done
 	case "$mode" in
 	host)
 		[ "$(id -u)" = 0 ] || die "run as root (it loads modules)"
@@ -145,7 +153,7 @@ vnr_build_load() {
 		make -s -C "$VNR_ROOT" KDIR="$kb" >/dev/null || die "building the module against $kb failed"
 		;;
 	vm)
-		"$VNR_ROOT/scripts/setup" || die "scripts/setup failed"
+		[ $setup = 0 ] || "$VNR_ROOT/scripts/setup" || die "scripts/setup failed"
 		vnr_require_kdir
 		make -s -C "$VNR_ROOT" KDIR="$KDIR" >/dev/null || die "building the module against $KDIR failed"
 		;;
@@ -162,4 +170,18 @@ vnr_build_load() {
 # lockdep reports; fails when there are none.
 vnr_dmesg_bad() {
 	dmesg | grep -E 'BUG:|WARNING:|Oops|KASAN|possible recursive locking|circular locking|sleeping function called from invalid context|Call Trace'
+}
+
+# The test VM's lenses that the host's load does not move (scripts/bench
+# --icount and --insns, scripts/demo): virtual time, where every guest
+# instruction takes 2 ns and idle time is skipped.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+VNR_ICOUNT_OPTS='-icount shift=1,sleep=off'
+
+# vnr_insns_plugin SO: builds the instruction-counting QEMU plugin
+# (scripts/insns-plugin.c) into SO; the VM's QEMU loads it with
+# "-plugin file=SO,out=MARKS[,hist=HIST][,vcpus=N]". TCG only.
+vnr_insns_plugin() {
+	[ "${VNR_ACCEL:-tcg}" = tcg ] || die "the instruction counter runs under TCG only (VNR_ACCEL=tcg)"
+	gcc -O2 -Wall -shared -fPIC -o "$1" "$VNR_ROOT/scripts/insns-plugin.c" || die "building the plugin failed"
 }
