@@ -217,7 +217,13 @@ g_wait() {
 				"(console: $(tail -n 1 "$G_LOG" 2>/dev/null | tr -d '\r' | head -c 120)); booting it once more" >&2
 			kill -9 "$G_PID" 2>/dev/null
 			wait "$G_PID" 2>/dev/null
+			# Empty the logs here: g_launch's child truncates them
+			# only once it runs, and this loop must not read the
+			# first attempt's message again.
+			: >"$G_LOG.qemu"
+			: >"$G_LOG"
 			g_launch
+			sleep 1
 			continue
 		fi
 		if ! kill -0 "$G_PID" 2>/dev/null; then
