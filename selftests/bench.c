@@ -62,6 +62,17 @@
  * Worker CPU time per packet comes from /proc/self/task/TID/stat of
  * the vhost worker threads (they are threads of this process), or of the
  * device thread for "user".
+ *
+ * Context switches per packet, from the same threads' status: of the whole
+ * system ("ctxt_per_pkt"), of every data-path thread
+ * ("worker_switches_per_pkt"), and of the threads serving the RX queues
+ * ("rx_worker_switches_per_pkt"). Which threads those are, "rx_worker"
+ * says: "rx" where each RX queue has a worker of its own (vhost-net-rs
+ * with workers=2), "worker" where one thread serves both queues of a
+ * device, TX's work included (vhost-net-rs with workers=1, the default;
+ * the C driver, one worker per device; the baseline's device thread). So
+ * with "worker" the row is the device's whole worker, alike on every
+ * backend, and compares only with another "worker" row.
  */
 #define VNR_NO_PRECONDITIONS /* a tool: it checks its own devices */
 #include "harness.h"
@@ -551,34 +562,66 @@ static bool data_path_thread(const char *comm)
 	return !strncmp(comm, "vhost", 5) || !strncmp(comm, "vnr-dev", 7);
 }
 
-/* Context switches of the data-path threads (see worker_cpu_ns), from
- * their /proc/self/task/TID/status: how often the workers slept or were
- * preempted; with `only`, of the threads whose name starts so
- * (vhost-net-rs's "vhost-net-rs-rx" and "vhost-net-rs-tx"). */
-static uint64_t worker_switches(const char *only)
+/* Whether a thread named `comm` is an RX queue's own worker: vhost-net-rs's
+ * "vhost-net-rs-rx", one per device with workers=2. */
+static bool rx_own_thread(const char *comm)
 {
-	uint64_t total = 0;
+	return !strcmp(comm, "vhost-net-rs-rx");
+}
+
+/* Whether a thread named `comm` serves both queues of its device:
+ * vhost-net-rs's "vhost-net-rs" (workers=1, the default), the C driver's
+ * one worker per device, "vhost-PID" of the owner (vhost_dev_set_owner,
+ * vhost_worker_create), the baseline's "vnr-dev". */
+static bool shared_thread(const char *comm)
+{
+	return !strcmp(comm, "vhost-net-rs") || !strcmp(comm, "vnr-dev") ||
+	       (!strncmp(comm, "vhost-", 6) && comm[6] >= '0' && comm[6] <= '9');
+}
+
+/* Context switches (voluntary and not: how often a thread slept or was
+ * preempted) of this process's data-path threads, from their
+ * /proc/self/task/TID/status. */
+struct switches {
+	uint64_t all;		/* every data-path thread (see worker_cpu_ns) */
+	uint64_t rx_own;	/* the RX queues' own workers (rx_own_thread) */
+	uint64_t shared;	/* the threads serving both queues (shared_thread) */
+	int rx_own_threads;	/* how many RX queues' own workers there are */
+};
+
+static struct switches worker_switches(void)
+{
+	struct switches s = { 0 };
 	DIR *dir = opendir("/proc/self/task");
 	FILE *f;
 
 	if (!dir)
-		return 0;
+		return s;
 	while ((f = next_task_file(dir, "status"))) {
-		char line[256];
-		unsigned long long n;
-		bool ours = false;
+		char line[256], comm[32] = "";
+		unsigned long long n, total = 0;
 
 		while (fgets(line, sizeof(line), f)) {
-			if (!strncmp(line, "Name:\t", 6))
-				ours = only ? !strncmp(line + 6, only, strlen(only)) : data_path_thread(line + 6);
-			else if (ours && (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1 ||
-					  sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1))
+			if (!strncmp(line, "Name:\t", 6)) {
+				snprintf(comm, sizeof(comm), "%.*s", (int)sizeof(comm) - 1, line + 6);
+				comm[strcspn(comm, "\n")] = 0;
+			} else if (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1 ||
+				   sscanf(line, "nonvoluntary_ctxt_switches: %llu", &n) == 1) {
 				total += n;
+			}
 		}
 		fclose(f);
+		if (data_path_thread(comm))
+			s.all += total;
+		if (rx_own_thread(comm)) {
+			s.rx_own += total;
+			s.rx_own_threads++;
+		} else if (shared_thread(comm)) {
+			s.shared += total;
+		}
 	}
 	closedir(dir);
-	return total;
+	return s;
 }
 
 /* Reads the /proc/self/task/TID/stat line of the next data-path thread
@@ -604,7 +647,8 @@ static int next_data_path_stat(DIR *dir, char *buf, size_t size)
 }
 
 /* CPU time (user + system) of the data-path threads of this process: the
- * vhost workers ("vhost-net-rs-*", or the C driver's "vhost-PID"), or the
+ * vhost workers ("vhost-net-rs", or with workers=2 "vhost-net-rs-rx" and
+ * "vhost-net-rs-tx"; the C driver's "vhost-PID"), or the
  * baseline's device threads ("vnr-dev"). From /proc/self/task/TID/stat, so
  * it needs no schedstats; resolution is one clock tick. */
 static uint64_t worker_cpu_ns(void)
@@ -733,8 +777,10 @@ static uint32_t run_fair(struct pair *p, uint64_t end)
 
 int main(int argc, char **argv)
 {
-	uint64_t t0, t1, end, cpu0, cpu1, ctxt0, ctxt1, sw0, sw1, rxsw0, rxsw1, pk = 0, by = 0;
+	uint64_t t0, t1, end, cpu0, cpu1, ctxt0, ctxt1, rx_sw, pk = 0, by = 0;
 	uint64_t kicks0[2], kicks1[2];
+	struct switches sw0, sw1;
+	bool rx_own;
 	uint32_t lost = 0;
 	int c, i, pinned = 0;
 
@@ -810,8 +856,7 @@ int main(int argc, char **argv)
 	ctxt0 = system_ctxt();
 	for (i = 0; i < 2; i++)
 		kicks0[i] = __atomic_load_n(&kicks_sent[i], __ATOMIC_RELAXED);
-	sw0 = worker_switches(NULL);
-	rxsw0 = worker_switches("vhost-net-rs-rx");
+	sw0 = worker_switches();
 	insn_mark();
 	t0 = h_now_ns();
 	end = t0 + (uint64_t)(secs * 1e9);
@@ -841,8 +886,12 @@ int main(int argc, char **argv)
 	ctxt1 = system_ctxt();
 	for (i = 0; i < 2; i++)
 		kicks1[i] = __atomic_load_n(&kicks_sent[i], __ATOMIC_RELAXED);
-	sw1 = worker_switches(NULL);
-	rxsw1 = worker_switches("vhost-net-rs-rx");
+	sw1 = worker_switches();
+	/* The RX queues' workers: their own where they have one (all of
+	 * them: one per device), else the threads that serve both queues,
+	 * whose switches include TX's work. */
+	rx_own = sw0.rx_own_threads > 0;
+	rx_sw = rx_own ? sw1.rx_own - sw0.rx_own : sw1.shared - sw0.shared;
 	stop = 1;
 	for (i = 0; i < nq; i++) {
 		if (pairs[i].src_thr)
@@ -881,9 +930,11 @@ int main(int argc, char **argv)
 		       pk / ((t1 - t0) / 1e9), by * 8 / ((t1 - t0) / 1e3));
 	}
 	printf(",\"worker_cpu_ns_per_pkt\":%.0f,\"ctxt_per_pkt\":%.2f,\"worker_switches_per_pkt\":%.2f"
-	       ",\"rx_worker_switches_per_pkt\":%.2f,\"rx_kicks_per_pkt\":%.3f,\"tx_kicks_per_pkt\":%.3f}\n",
+	       ",\"rx_worker\":\"%s\",\"rx_worker_switches_per_pkt\":%.2f"
+	       ",\"rx_kicks_per_pkt\":%.3f,\"tx_kicks_per_pkt\":%.3f}\n",
 	       pk ? (double)(cpu1 - cpu0) / pk : 0.0, pk ? (double)(ctxt1 - ctxt0) / pk : 0.0,
-	       pk ? (double)(sw1 - sw0) / pk : 0.0, pk ? (double)(rxsw1 - rxsw0) / pk : 0.0,
+	       pk ? (double)(sw1.all - sw0.all) / pk : 0.0, rx_own ? "rx" : "worker",
+	       pk ? (double)rx_sw / pk : 0.0,
 	       pk ? (double)(kicks1[0] - kicks0[0]) / pk : 0.0, pk ? (double)(kicks1[1] - kicks0[1]) / pk : 0.0);
 	for (i = 0; i < nq; i++)
 		h_teardown(&pairs[i].d);
