@@ -188,12 +188,15 @@ migrate_case() {
 	local bound sent_bytes sent_md5 got dst_rx i mig dups answered stopper
 	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' g_start "$src" "$devopts" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
 	SRC_PID=$G_PID SRC_LOG=$G_LOG
-	if ! g_wait >/dev/null; then
+	# g_wait may start QEMU again: take its pid whether it booted or not.
+	g_wait >/dev/null
+	r=$?
+	SRC_PID=$G_PID t=$G_BOOT_S
+	if [ "$r" != 0 ]; then
 		vnr_fail "${name}_completes" "the source guest did not boot"
 		stop_all
 		return
 	fi
-	SRC_PID=$G_PID
 	if [ -n "$devopts" ]; then
 		# Both queues of the source's vhost fd run packed rings.
 		if [ "$(g_fdinfo | grep -c 'ring=packed')" = 2 ]; then vnr_pass "${name}_rings_are_packed"
