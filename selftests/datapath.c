@@ -794,7 +794,7 @@ static bool is_vxlan(const uint8_t *f, size_t len)
 /* The first `len` bytes of `p` in hex, for a log line. */
 static const char *hex(const uint8_t *p, size_t len)
 {
-	static char s[3 * 64 + 1];
+	static char s[2 * 64 + 1];
 	size_t i;
 
 	for (i = 0; i < len && i < 64; i++)

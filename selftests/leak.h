@@ -137,7 +137,7 @@ static void top_growth(char *buf, size_t len, int top)
  * three attempts; the test fails only if every one looks like a leak.
  */
 /* `cycle(arg, n)` runs n lifetimes and returns 0, or -errno (logged). */
-static void h_leak_check(struct __test_metadata *_metadata, int (*cycle)(void *arg, int n),
+static inline void h_leak_check(struct __test_metadata *_metadata, int (*cycle)(void *arg, int n),
 			 void *arg)
 {
 	long long vm0, vm1, vm3, g1, g3, v1, v3;
