@@ -191,5 +191,6 @@ vnr_insns_plugin() {
 vnr_at() {
 	local rev
 	rev=$(git -C "$VNR_ROOT" describe --always --abbrev=7 --dirty=+dirty 2>/dev/null) || rev=unknown
+	# shellcheck disable=SC2016  # the backquotes are Markdown
 	printf 'At %s: `%s`\n' "$rev" "$1"
 }
