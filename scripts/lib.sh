@@ -185,3 +185,12 @@ vnr_insns_plugin() {
 	[ "${VNR_ACCEL:-tcg}" = tcg ] || die "the instruction counter runs under TCG only (VNR_ACCEL=tcg)"
 	gcc -O2 -Wall -shared -fPIC -o "$1" "$VNR_ROOT/scripts/insns-plugin.c" || die "building the plugin failed"
 }
+
+# vnr_at CMD: the line a results file starts with: the commit measured
+# (with "+dirty" when the tree had changes) and the command that measured.
+vnr_at() {
+	local rev
+	rev=$(git -C "$VNR_ROOT" describe --always --abbrev=7 --dirty=+dirty 2>/dev/null) || rev=unknown
+	# shellcheck disable=SC2016  # the backquotes are Markdown
+	printf 'At %s: `%s`\n' "$rev" "$1"
+}
