@@ -157,8 +157,8 @@ g_start() {
 	if [ "${G_IOMMU:-0}" = 1 ]; then
 		# Strict invalidation: with the guest's default lazy flush queue,
 		# QEMU 7.2 does not pass every unmap on to the vhost device's
-		# IOTLB, and the TX queue stalls within a minute of boot, on the
-		# C driver as on vhost-net-rs (measured 2026-12-01).
+		# IOTLB, and the TX queue stalls soon after boot, on the C
+		# driver as on vhost-net-rs.
 		machine=q35 append="intel_iommu=on iommu.strict=1"
 		# Interrupt remapping needs the split irqchip under KVM.
 		[ "$(g_accel)" = kvm ] && machine+=",kernel-irqchip=split"
