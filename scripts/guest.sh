@@ -42,6 +42,7 @@ G_INITRD=${G_INITRD:-$VNR_CACHE/guest/initramfs.cpio.gz}
 G_BOOT_TIMEOUT=${G_BOOT_TIMEOUT:-300}
 G_PID=
 G_LOG=
+G_EXIT=
 
 # g_accel: the nested guests' accelerator: G_ACCEL if set (kvm or tcg),
 # else KVM where it works, TCG where it does not. The test kernel has KVM
@@ -105,9 +106,14 @@ g_tap_down() {
 }
 
 # g_start PATH [extra virtio-net device options]: boots the guest in the
-# background; sets G_PID and G_LOG. Does not wait.
+# background; sets G_PID and G_LOG. Does not wait. The previous boot's
+# state (G_PID, G_LOG, G_RUN_*, G_BOOT_S, G_EXIT) is cleared first, so that
+# a g_start that fails leaves nothing of an earlier guest for g_wait or
+# g_stop to act on; stop that guest (g_stop) before, or keep its G_PID.
 g_start() {
 	local path=$1 devopts=${2:-} queues=${G_QUEUES:-1} nic netdev vhostdev='' smp=1 launcher=() i fds='' vfds=''
+	G_PID='' G_LOG='' G_BOOT_S='' G_EXIT=''
+	G_RUN_CMD=() G_RUN_VHOSTDEV='' G_RUN_TAPDEV='' G_RUN_PATH=''
 	[ -f "$G_KERNEL" ] && [ -f "$G_INITRD" ] || { echo "guest images missing: run scripts/setup" >&2; return 1; }
 	case "$path" in
 	rs) vhostdev=/dev/vhost-net-rs ;;
@@ -151,8 +157,8 @@ g_start() {
 	if [ "${G_IOMMU:-0}" = 1 ]; then
 		# Strict invalidation: with the guest's default lazy flush queue,
 		# QEMU 7.2 does not pass every unmap on to the vhost device's
-		# IOTLB, and the TX queue stalls within a minute of boot, on the
-		# C driver as on vhost-net-rs (measured 2026-12-01).
+		# IOTLB, and the TX queue stalls soon after boot, on the C
+		# driver as on vhost-net-rs.
 		machine=q35 append="intel_iommu=on iommu.strict=1"
 		# Interrupt remapping needs the split irqchip under KVM.
 		[ "$(g_accel)" = kvm ] && machine+=",kernel-irqchip=split"
@@ -170,8 +176,16 @@ g_start() {
 	[ -n "${G_QMP:-}" ] && args+=(-qmp "unix:$G_QMP,server=on,wait=off")
 	# shellcheck disable=SC2206  # split at spaces, as documented
 	[ -n "${G_QEMU_ARGS:-}" ] && args+=($G_QEMU_ARGS)
-	G_RUN_VHOSTDEV='' G_RUN_TAPDEV=${G_TAPDEV:-}
+	G_RUN_TAPDEV=${G_TAPDEV:-}
 	[ "$queues" = 1 ] && G_RUN_VHOSTDEV=$vhostdev
+	# For messages: the path and what serves it.
+	case "$path" in
+	rs|c) G_RUN_PATH="$path, $vhostdev" ;;
+	node) G_RUN_PATH="node, /dev/vhost-net opened by QEMU" ;;
+	*) G_RUN_PATH="$path, userspace" ;;
+	esac
+	[ "$queues" = 1 ] || G_RUN_PATH+=", $queues queues"
+	[ "${G_IOMMU:-0}" != 1 ] || G_RUN_PATH+=", vIOMMU"
 	G_RUN_CMD=("${launcher[@]}" qemu-system-x86_64 "${args[@]}")
 	g_launch
 }
@@ -189,32 +203,43 @@ g_launch() {
 
 # g_wait: waits until the guest is up and answers ping. Prints the seconds
 # it took and keeps them in G_BOOT_S; fails with QEMU's own message if QEMU
-# died. Call it in the shell that called g_start, not in $(...): it may
-# start QEMU again (below), which changes G_PID.
+# died, keeping its exit status in G_EXIT. Call it in the shell that called
+# g_start, not in $(...): it may start QEMU again (below), which changes
+# G_PID, and it learns QEMU's exit status from `wait`, which answers only
+# for a child of this shell (bash keeps an exited child's status until a
+# bare `wait` reaps every child).
 #
 # Under nested KVM (the test VM's SVM, emulated by TCG) a guest now and then
 # fails while its kernel boots, in the nested hypervisor rather than in
-# either vhost driver: it resets, and with -no-reboot QEMU exits without a
-# word; or the test VM's KVM cannot handle an exit and QEMU stops with "KVM
-# internal error" (Debian's kernels, when an MMIO write to the virtio notify
-# register exits during event delivery). Either is retried once, saying so;
-# a second one, any other QEMU message, or any failure under TCG fails.
+# either vhost driver: it resets, and with -no-reboot QEMU exits with status
+# 0 without a word; or the test VM's KVM cannot handle an exit and QEMU
+# stops with "KVM internal error" (Debian's kernels, when an MMIO write to
+# the virtio notify register exits during event delivery). Either is
+# retried once, saying so on stderr with the path and how long the failed
+# attempt took; a second one, an exit with another status, any other QEMU
+# message, or any failure under TCG fails. Each attempt has
+# G_BOOT_TIMEOUT seconds, and G_BOOT_S is the successful attempt's time.
 G_BOOT_S=
 g_wait() {
 	local t0=$SECONDS retried='' why
-	G_BOOT_S=
+	G_BOOT_S='' G_EXIT=''
 	while [ $((SECONDS - t0)) -lt "$G_BOOT_TIMEOUT" ]; do
 		why=
 		if ! kill -0 "$G_PID" 2>/dev/null; then
-			[ ! -s "$G_LOG.qemu" ] && [ -z "$(g_oops)" ] && why="exited silently"
+			# 127: not this shell's child, or reaped by a bare wait.
+			wait "$G_PID" 2>/dev/null
+			G_EXIT=$?
+			[ "$G_EXIT" = 0 ] && [ ! -s "$G_LOG.qemu" ] && [ -z "$(g_oops)" ] &&
+				why="exited silently with status 0 (a reset, with -no-reboot)"
 		elif grep -q "KVM internal error" "$G_LOG.qemu" 2>/dev/null; then
 			why="stopped with $(grep -m1 "KVM internal error" "$G_LOG.qemu")"
 		fi
 		if [ -n "$why" ] && [ -z "$retried" ] && [ "$(g_accel)" = kvm ] &&
 			! grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null; then
 			retried=1
-			echo "# the nested guest's QEMU $why during boot under KVM" \
-				"(console: $(tail -n 1 "$G_LOG" 2>/dev/null | tr -d '\r' | head -c 120)); booting it once more" >&2
+			echo "# the nested guest's QEMU ($G_RUN_PATH) $why during boot under KVM after" \
+				"$((SECONDS - t0)) s (console: $(tail -n 1 "$G_LOG" 2>/dev/null | tr -d '\r' | head -c 120));" \
+				"booting it once more" >&2
 			kill -9 "$G_PID" 2>/dev/null
 			wait "$G_PID" 2>/dev/null
 			# Empty the logs here: g_launch's child truncates them
@@ -222,17 +247,21 @@ g_wait() {
 			# first attempt's message again.
 			: >"$G_LOG.qemu"
 			: >"$G_LOG"
+			G_EXIT=''
+			t0=$SECONDS
 			g_launch
 			sleep 1
 			continue
 		fi
-		if ! kill -0 "$G_PID" 2>/dev/null; then
-			echo "QEMU exited: $(tail -n 5 "$G_LOG.qemu" 2>/dev/null)" >&2
+		if [ -n "$G_EXIT" ]; then
+			local st="status $G_EXIT"
+			[ "$G_EXIT" != 127 ] || st="status 127 or unknown (not this shell's child)"
+			echo "QEMU ($G_RUN_PATH) exited with $st: $(tail -n 5 "$G_LOG.qemu" 2>/dev/null)" >&2
 			g_oops | sed 's/^/# /' >&2
 			return 1
 		fi
 		if grep -q "KVM internal error" "$G_LOG.qemu" 2>/dev/null; then
-			echo "QEMU stopped: $(head -n 3 "$G_LOG.qemu")" >&2
+			echo "QEMU ($G_RUN_PATH) stopped: $(head -n 3 "$G_LOG.qemu")" >&2
 			return 1
 		fi
 		if grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null && ping -c 1 -W 1 "$G_GUEST_IP" >/dev/null 2>&1; then
@@ -245,7 +274,7 @@ g_wait() {
 		fi
 		sleep 1
 	done
-	echo "guest did not come up in ${G_BOOT_TIMEOUT}s; console: $(tail -n 5 "$G_LOG")" >&2
+	echo "guest ($G_RUN_PATH) did not come up in ${G_BOOT_TIMEOUT}s; console: $(tail -n 5 "$G_LOG")" >&2
 	g_oops | sed 's/^/# /' >&2
 	return 1
 }
