@@ -6,7 +6,8 @@
 #                        tree if scripts/preflight accepts it, else against the
 #                        cached test kernel
 #   make KDIR=/path      build against any Rust-enabled Linux 7.2+ build tree
-#   make preflight       say whether KDIR can take the module, and why not
+#   make preflight       say whether KDIR can take the module, and why not (without
+#                        KDIR: the running kernel's tree, or scripts/distro-kdir's)
 #   make install         install the module (INSTALL_MOD_PATH= for another root),
 #                        run depmod, and install the udev rule, the modprobe
 #                        options and a modules-load.d entry (DESTDIR= prefix)
@@ -84,8 +85,12 @@ kdir-check:
 		$(ROOT)/scripts/preflight $(RUNNING_KDIR) >/dev/null || true; exit 1; }
 	@$(ROOT)/scripts/preflight --quiet $(KDIR) || $(ROOT)/scripts/preflight $(KDIR)
 
+# Without KDIR=, the tree `make` and `make install` would use for the running
+# kernel: its own, or the one scripts/distro-kdir made for it (scripts/kdir
+# RELEASE); when neither will do, the running kernel's, whose problems are
+# the ones to report.
 preflight:
-	@$(ROOT)/scripts/preflight $(if $(KDIR_GIVEN),$(KDIR),$(RUNNING_KDIR))
+	@$(ROOT)/scripts/preflight $(if $(KDIR_GIVEN),$(KDIR),$(or $(shell $(ROOT)/scripts/kdir $(shell uname -r) 2>/dev/null),$(RUNNING_KDIR)))
 
 # Without KDIR=, make install is for the running kernel (its own build tree,
 # or the one scripts/distro-kdir made for it): not for the test kernel
