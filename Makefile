@@ -6,7 +6,8 @@
 #                        tree if scripts/preflight accepts it, else against the
 #                        cached test kernel
 #   make KDIR=/path      build against any Rust-enabled Linux 7.2+ build tree
-#   make preflight       say whether KDIR can take the module, and why not
+#   make preflight       say whether KDIR can take the module, and why not (without
+#                        KDIR: the running kernel's tree, or scripts/distro-kdir's)
 #   make install         install the module (INSTALL_MOD_PATH= for another root),
 #                        run depmod, and install the udev rule, the modprobe
 #                        options and a modules-load.d entry (DESTDIR= prefix)
@@ -84,8 +85,12 @@ kdir-check:
 		$(ROOT)/scripts/preflight $(RUNNING_KDIR) >/dev/null || true; exit 1; }
 	@$(ROOT)/scripts/preflight --quiet $(KDIR) || $(ROOT)/scripts/preflight $(KDIR)
 
+# Without KDIR=, the tree `make` and `make install` would use for the running
+# kernel: its own, or the one scripts/distro-kdir made for it (scripts/kdir
+# RELEASE); when neither will do, the running kernel's, whose problems are
+# the ones to report.
 preflight:
-	@$(ROOT)/scripts/preflight $(if $(KDIR_GIVEN),$(KDIR),$(RUNNING_KDIR))
+	@$(ROOT)/scripts/preflight $(if $(KDIR_GIVEN),$(KDIR),$(or $(shell $(ROOT)/scripts/kdir $(shell uname -r) 2>/dev/null),$(RUNNING_KDIR)))
 
 # Without KDIR=, make install is for the running kernel (its own build tree,
 # or the one scripts/distro-kdir made for it): not for the test kernel
@@ -132,7 +137,8 @@ uninstall:
 	rm -f "$(MODDIR)/vhost-net-rs.ko" "$(MODDIR)"/vhost-net-rs.ko.* $(ETC_FILES)
 	depmod $(if $(INSTALL_MOD_PATH),-b $(INSTALL_MOD_PATH)) $(KRELEASE)
 
-# The package is built from the files git knows, in a scratch copy, with a
+# The package is built from the files git knows (without git, as in a copy
+# made by git archive: all but what .gitignore names), in a scratch copy, with a
 # debian/changelog made from VERSION and the last commit (one version, in
 # one place). Needs debhelper and dh-dkms; lintian if installed. The .deb
 # lands here.
@@ -142,7 +148,12 @@ deb:
 		|| { echo "make deb needs debhelper and dh-dkms: apt install debhelper dh-dkms" >&2; exit 1; }
 	@set -e; v=$$(cat $(ROOT)/VERSION); w=$$(mktemp -d); trap 'rm -rf "$$w"' EXIT; \
 	src=$$w/vhost-net-rs-$$v; mkdir -p "$$src"; \
-	cd $(ROOT) && git ls-files -co --exclude-standard -z | grep -zv '^results/' | xargs -0 cp --parents -t "$$src"; \
+	cd $(ROOT); if git rev-parse --git-dir >/dev/null 2>&1; then \
+		git ls-files -co --exclude-standard -z | grep -zv '^results/' | xargs -0 cp --parents -t "$$src"; \
+	else \
+		tar --exclude-vcs --exclude-vcs-ignores --exclude=./results \
+			$$(sed -n 's|^\([^#!*]*\)/$$|--exclude=./\1|p' .gitignore) -cf - . | tar -xf - -C "$$src"; \
+	fi; \
 	date=$$(git -C $(ROOT) log -1 --format=%aD 2>/dev/null || date -R); \
 	rev=$$(git -C $(ROOT) rev-parse --short HEAD 2>/dev/null || echo unknown); \
 	maint=$$(sed -n 's/^Maintainer: //p' $(ROOT)/debian/control); \
