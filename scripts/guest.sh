@@ -364,7 +364,8 @@ print(round(d["end"]["sum_received"]["bits_per_second"] / 1e6, 1))' 2>&1); then
 #   qemu_ns                run time of all its other threads (vCPUs, with
 #                          the nested guest's own execution, and the main
 #                          loop, which is the device on the userspace path)
-#   tap_pkts               packets through $G_TAP, both directions
+#   tap_pkts, tap_bytes    packets (TSO/GSO ones count once) and bytes
+#                          through $G_TAP, both directions
 #   wakeups, calls         vhost-net-rs's worker wakeups and call-eventfd
 #                          signals, all queues (fdinfo; 0 on the C driver,
 #                          whose fdinfo has no counters)
@@ -383,8 +384,8 @@ g_counters() {
 		*) qn=$((qn + run)) ;;
 		esac
 	done
-	printf 'worker_ns=%s worker_vcs=%s qemu_ns=%s tap_pkts=%s %s guest_irqs=%s\n' "$wn" "$wv" "$qn" \
-		$(($(cat "$s/rx_packets") + $(cat "$s/tx_packets"))) \
+	printf 'worker_ns=%s worker_vcs=%s qemu_ns=%s tap_pkts=%s tap_bytes=%s %s guest_irqs=%s\n' "$wn" "$wv" "$qn" \
+		$(($(cat "$s/rx_packets") + $(cat "$s/tx_packets"))) $(($(cat "$s/rx_bytes") + $(cat "$s/tx_bytes"))) \
 		"$(g_fdinfo 2>/dev/null | sed -n 's/.* wakeups=\([0-9]*\) calls=\([0-9]*\).*/\1 \2/p' |
 			awk '{ w += $1; c += $2 } END { printf "wakeups=%d calls=%d", w, c }')" \
 		"$(g_run 'cat /proc/interrupts' 2>/dev/null |
