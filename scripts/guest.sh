@@ -335,7 +335,7 @@ g_iperf() {
 	local secs=$1 label=$2 json err=
 	shift 2
 	for _ in 1 2 3 4 5 6; do
-		json=$(iperf3 -c "$G_GUEST_IP" -t "$secs" -J "$@" 2>&1)
+		json=$(timeout $((secs + 60)) iperf3 -c "$G_GUEST_IP" -t "$secs" -J "$@" 2>&1)
 		if err=$(echo "$json" | /usr/bin/python3 -c '
 import json, sys
 try:

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +72,7 @@ int main(int argc, char **argv)
 	size_t count, size, warm, i, got = 0;
 	char buf[4096], line[64];
 	double *lat, t0 = 0, t1, sum = 0;
+	struct timeval tmo = { .tv_sec = 20 };
 	int fd, one = 1;
 
 	if (argc < 4) {
@@ -93,6 +95,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* A path that stalls fails the run instead of hanging it. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
 	if (write(fd, cmd, sizeof(cmd) - 1) != sizeof(cmd) - 1) {
 		perror("rrlat: write");
 		return 1;
