@@ -36,6 +36,8 @@
 #   make soak MINUTES=N  bidirectional flood with every payload checked
 #   make bench           data-path benchmark: vhost-net-rs, C, userspace (scripts/bench)
 #   make bench-nic       iperf3 by NIC model (scripts/nicbench)
+#   make bench-kvm       real guest on nested KVM: iperf3 and TCP request/response,
+#                        rs, C, userspace alternated, with spreads (scripts/kvmbench)
 #   make check-e2e       make check with the whole end-to-end set (14 guest boots)
 #   make check-debug     the selftests on the debug kernel (KASAN, lockdep, ...)
 #   make check-package   the Debian package in Debian 13 (scripts/package-test):
@@ -72,7 +74,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: check-package dkms-modules deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic shell host-test fuzz soak \
+.PHONY: check-package dkms-modules deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic bench-kvm shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 .PHONY: help check-docs results
 
@@ -197,6 +199,9 @@ bench:
 
 bench-nic:
 	$(ROOT)/scripts/nicbench $(ARGS)
+
+bench-kvm:
+	$(ROOT)/scripts/kvmbench $(ARGS)
 
 shell:
 	$(ROOT)/scripts/vm --shell

@@ -353,3 +353,70 @@ g_ping_summary() {
 		/^rtt|^round-trip/ { split($4, r, "/"); mn = r[1]; av = r[2]; mx = r[3]; md = r[4] }
 		END { if (tx == "") exit 1; printf "%s %s %s %s %s %s %s %s\n", tx, rx, loss, t, mn+0, av+0, mx+0, md+0 }'
 }
+
+# g_iperf SECS LABEL [ARGS]: one iperf3 TCP run of SECS seconds against the
+# guest's server (scripts/mkinitramfs), iperf3's ARGS added (-R: guest to
+# host; -P N: N streams); prints the receiver's Mbit/s. The guest's server
+# starts late and takes a moment to finish a test under TCG ("server is
+# busy"), so a run that fails is retried; the last error is reported under
+# LABEL, never turned silently into a number (0 is printed).
+g_iperf() {
+	local secs=$1 label=$2 json err=
+	shift 2
+	for _ in 1 2 3 4 5 6; do
+		json=$(timeout $((secs + 60)) iperf3 -c "$G_GUEST_IP" -t "$secs" -J "$@" 2>&1)
+		if err=$(echo "$json" | /usr/bin/python3 -c '
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except ValueError:
+    sys.exit("no JSON from iperf3")
+if d.get("error"):
+    sys.exit(d["error"])
+print(round(d["end"]["sum_received"]["bits_per_second"] / 1e6, 1))' 2>&1); then
+			echo "$err"
+			return 0
+		fi
+		echo "# $label: iperf3 $*: $err; retrying" >&2
+		sleep 3
+	done
+	echo "# $label: iperf3 $* failed: $err" >&2
+	echo 0
+}
+
+# g_counters: one line of counters of the running guest, for differences
+# around a measurement: "key=value" pairs of
+#   worker_ns, worker_vcs  run time (schedstat) and voluntary context
+#                          switches (sleeps) of the QEMU process's vhost
+#                          worker threads: "vhost-PID" of the C driver,
+#                          "vhost-net-rs*" of vhost-net-rs
+#   qemu_ns                run time of all its other threads (vCPUs, with
+#                          the nested guest's own execution, and the main
+#                          loop, which is the device on the userspace path)
+#   tap_pkts, tap_bytes    packets (TSO/GSO ones count once) and bytes
+#                          through $G_TAP, both directions
+#   wakeups, calls         vhost-net-rs's worker wakeups and call-eventfd
+#                          signals, all queues (fdinfo; 0 on the C driver,
+#                          whose fdinfo has no counters)
+#   guest_irqs             the guest's virtio interrupts (/proc/interrupts
+#                          over g_run: a few packets of its own)
+g_counters() {
+	local t comm s=/sys/class/net/$G_TAP/statistics wn=0 wv=0 qn=0 run v
+	for t in /proc/"$G_PID"/task/*; do
+		read -r comm <"$t/comm" 2>/dev/null || continue
+		read -r run _ <"$t/schedstat" 2>/dev/null || continue
+		case "$comm" in
+		vhost*)
+			v=$(sed -n 's/^voluntary_ctxt_switches:[[:space:]]*//p' "$t/status" 2>/dev/null)
+			wn=$((wn + run)) wv=$((wv + ${v:-0}))
+			;;
+		*) qn=$((qn + run)) ;;
+		esac
+	done
+	printf 'worker_ns=%s worker_vcs=%s qemu_ns=%s tap_pkts=%s tap_bytes=%s %s guest_irqs=%s\n' "$wn" "$wv" "$qn" \
+		$(($(cat "$s/rx_packets") + $(cat "$s/tx_packets"))) $(($(cat "$s/rx_bytes") + $(cat "$s/tx_bytes"))) \
+		"$(g_fdinfo 2>/dev/null | sed -n 's/.* wakeups=\([0-9]*\) calls=\([0-9]*\).*/\1 \2/p' |
+			awk '{ w += $1; c += $2 } END { printf "wakeups=%d calls=%d", w, c }')" \
+		"$(g_run 'cat /proc/interrupts' 2>/dev/null |
+			awk '/virtio/ { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i } END { print n + 0 }')"
+}
