@@ -340,8 +340,7 @@ static uint64_t kicks_sent[2];
  * Kicks queue q after the entries published since `from`: by default only
  * when the device asked for it (h_kick_needed), as a Linux guest does with
  * EVENT_IDX, which every ring of this bench negotiates. With -A, after
- * every refill, which a guest may do too: the harness's default before
- * 2026-12-02.
+ * every refill, which a guest may do too.
  */
 static void kick(struct h_dev *d, int q, struct h_kick_mark from)
 {
