@@ -43,6 +43,9 @@
 #   make check-package   the Debian package in Debian 13 (scripts/package-test):
 #                        make deb, lintian, install, a kernel upgrade, a kernel
 #                        it cannot be built for, remove and purge
+#   make check-qemu      the end-to-end cases that differ between QEMUs on Debian
+#                        13's QEMU 10.0 and 11.1, rs and C (scripts/debian-qemu,
+#                        selftests/qemu-versions.sh)
 #   make check-distro    build for Debian 13's stock kernel as a Debian user
 #                        would, boot that kernel in the VM and run the
 #                        selftests there (scripts/distro-test)
@@ -74,7 +77,7 @@ ETC_FILES = $(DESTDIR)/etc/udev/rules.d/99-vhost-net-rs.rules \
 	$(DESTDIR)/etc/modprobe.d/vhost-net-rs.conf \
 	$(DESTDIR)/etc/modules-load.d/vhost-net-rs.conf
 
-.PHONY: check-package dkms-modules deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic bench-kvm shell host-test fuzz soak \
+.PHONY: check-qemu check-package dkms-modules deb rustfmt rustfmtcheck all modules clean setup check quick check-e2e check-debug check-distro demo bench bench-nic bench-kvm shell host-test fuzz soak \
 	kdir-check preflight install-check install uninstall
 .PHONY: help check-docs results
 
@@ -184,6 +187,11 @@ check-e2e:
 
 check-debug:
 	$(ROOT)/selftests/run --debug
+
+check-qemu:
+	@$(ROOT)/scripts/debian-qemu prepare || \
+		{ echo "check-qemu: scripts/debian-qemu prepare failed"; echo "0 passed, 1 failed"; exit 1; }
+	VNR_TESTS="module.sh qemu-versions.sh libvirt.sh" $(ROOT)/selftests/run --vm-only
 
 check-distro:
 	$(ROOT)/scripts/distro-test $(ARGS)

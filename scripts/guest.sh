@@ -22,9 +22,15 @@
 #   G_TAPDEV=DEV  the guest's backend is this character device (a macvtap's
 #                 /dev/tapN) instead of the tap $G_TAP.
 #   G_QMP=PATH    QEMU listens for QMP on the unix socket PATH.
+#   G_NETDEV_OPTS more options of the vhost paths' tap netdev ("poll-us=50").
 #   G_QEMU_ARGS   more QEMU arguments, split at spaces ("-incoming unix:X",
 #                 "-only-migratable").
 #   G_MEM=SIZE    guest RAM, as QEMU's -m takes it (default 192M).
+#   G_MACHINE=M   QEMU's machine type (default pc; a versioned one such as
+#                 pc-i440fx-7.2 for a migration between QEMU versions).
+#   G_QEMU=CMD    the QEMU to run, a command split at spaces (default
+#                 qemu-system-x86_64, Debian 12's 7.2): "scripts/debian-qemu
+#                 run ROOT" runs a Debian 13 system's QEMU 10 or 11.
 #   G_IOMMU=1     the guest sits behind a virtual IOMMU: a q35 machine with
 #                 intel-iommu (device-iotlb=on), the NIC with
 #                 iommu_platform=on,ats=on, and intel_iommu=on in the guest,
@@ -150,10 +156,13 @@ g_start() {
 	elif [ -n "$vhostdev" ]; then
 		netdev+=",vhostfd=3"
 	fi
+	# More tap netdev options for the vhost paths (poll-us=N: the vhost
+	# workers busy-poll, VHOST_SET_VRING_BUSYLOOP_TIMEOUT).
+	case "$path" in rs|c|node) [ -n "${G_NETDEV_OPTS:-}" ] && netdev+=",$G_NETDEV_OPTS" ;; esac
 	[ -n "$devopts" ] && nic+=",$devopts"
 	# The guest kernel has ACPI for the IOMMU's DMAR table only; the other
 	# guests skip it, which keeps their boot as short as without it.
-	local machine=pc append="acpi=off" iommu=()
+	local machine=${G_MACHINE:-pc} append="acpi=off" iommu=()
 	if [ "${G_IOMMU:-0}" = 1 ]; then
 		# Strict invalidation: with the guest's default lazy flush queue,
 		# QEMU 7.2 does not pass every unmap on to the vhost device's
@@ -186,7 +195,8 @@ g_start() {
 	esac
 	[ "$queues" = 1 ] || G_RUN_PATH+=", $queues queues"
 	[ "${G_IOMMU:-0}" != 1 ] || G_RUN_PATH+=", vIOMMU"
-	G_RUN_CMD=("${launcher[@]}" qemu-system-x86_64 "${args[@]}")
+	# shellcheck disable=SC2206  # split at spaces, as documented
+	G_RUN_CMD=("${launcher[@]}" ${G_QEMU:-qemu-system-x86_64} "${args[@]}")
 	g_launch
 }
 
@@ -300,7 +310,8 @@ g_stop() {
 g_vhost_fds() {
 	local f
 	for f in /proc/"$G_PID"/fd/*; do
-		case "$(readlink "$f")" in /dev/vhost-net | /dev/vhost-net-rs) echo "${f##*/}" ;; esac
+		# A QEMU in a chroot (scripts/debian-qemu) shows the chroot's path.
+		case "$(readlink "$f")" in */dev/vhost-net | */dev/vhost-net-rs) echo "${f##*/}" ;; esac
 	done | sort -n
 }
 

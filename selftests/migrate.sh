@@ -76,6 +76,11 @@ PING_INTERVAL=${VNR_MIGRATE_PING_INTERVAL-0.01}
 PMEM=${VNR_MIGRATE_PMEM:-1}
 [ "$PMEM" = 1 ] || PMEM=
 CASES=${VNR_MIGRATE_CASES:-rs:rs c:c rs:c rs:rs:packed}
+# The source's and the destination's QEMU commands (scripts/guest.sh's
+# G_QEMU), for a migration between QEMU versions; both need the same
+# versioned machine type (G_MACHINE). Default: G_QEMU for both.
+SRC_QEMU=${VNR_MIGRATE_SRC_QEMU:-${G_QEMU:-}}
+DST_QEMU=${VNR_MIGRATE_DST_QEMU:-${G_QEMU:-}}
 # Guest RAM: 192 MiB less 8 KiB, deliberately not a multiple of 256 KiB.
 # QEMU before 9.0 loses guest-CPU writes when it migrates a TCG guest
 # (upstream 03bfc2188f, "physmem: Fix migration dirty bitmap coherency with
@@ -186,7 +191,7 @@ compare_ram() {
 migrate_case() {
 	local src=$1 dst=$2 name="migrate_${1}_to_${2}${3:+_$3}" devopts=${3:+packed=on} t out total downtime setup bytes r tx rx loss
 	local bound sent_bytes sent_md5 got dst_rx i mig dups answered stopper
-	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' g_start "$src" "$devopts" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
+	G_TAP=$SRC_TAP G_QMP=$WORK/src.qmp G_QEMU_ARGS='' G_QEMU=$SRC_QEMU g_start "$src" "$devopts" || { vnr_fail "${name}_completes" "QEMU did not start"; return; }
 	SRC_PID=$G_PID SRC_LOG=$G_LOG
 	# g_wait may start QEMU again: take its pid whether it booted or not.
 	g_wait >/dev/null
@@ -202,7 +207,7 @@ migrate_case() {
 		if [ "$(g_fdinfo | grep -c 'ring=packed')" = 2 ]; then vnr_pass "${name}_rings_are_packed"
 		else vnr_fail "${name}_rings_are_packed" "$(g_fdinfo)"; fi
 	fi
-	G_TAP=$DST_TAP G_QMP=$WORK/dst.qmp G_QEMU_ARGS="-incoming unix:$WORK/mig.sock${PMEM:+ -S}" g_start "$dst" "$devopts" ||
+	G_TAP=$DST_TAP G_QMP=$WORK/dst.qmp G_QEMU_ARGS="-incoming unix:$WORK/mig.sock${PMEM:+ -S}" G_QEMU=$DST_QEMU g_start "$dst" "$devopts" ||
 		{ vnr_fail "${name}_completes" "QEMU did not start"; stop_all; return; }
 	DST_PID=$G_PID DST_LOG=$G_LOG
 	G_PID=$SRC_PID G_LOG=$SRC_LOG
