@@ -224,7 +224,11 @@ g_launch() {
 # either vhost driver: it resets, and with -no-reboot QEMU exits with status
 # 0 without a word; or the test VM's KVM cannot handle an exit and QEMU
 # stops with "KVM internal error" (Debian's kernels, when an MMIO write to
-# the virtio notify register exits during event delivery). Either is
+# the virtio notify register exits during event delivery); or it hangs
+# after the firmware with no word from the guest's kernel (seen once in
+# about a hundred boots, QEMU 11.1 on C, 2026-12-06), which g_wait takes
+# as such once G_HANG_S seconds (default 120; a guest boots under nested
+# KVM in 5-17 s) have passed without the guest up. Any of them is
 # retried once, saying so on stderr with the path and how long the failed
 # attempt took; a second one, an exit with another status, any other QEMU
 # message, or any failure under TCG fails. Each attempt has
@@ -243,6 +247,9 @@ g_wait() {
 				why="exited silently with status 0 (a reset, with -no-reboot)"
 		elif grep -q "KVM internal error" "$G_LOG.qemu" 2>/dev/null; then
 			why="stopped with $(grep -m1 "KVM internal error" "$G_LOG.qemu")"
+		elif [ $((SECONDS - t0)) -ge "${G_HANG_S:-120}" ] && [ "$(g_accel)" = kvm ] &&
+			! grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null; then
+			why="hung: the guest was not up ${G_HANG_S:-120} s after QEMU started"
 		fi
 		if [ -n "$why" ] && [ -z "$retried" ] && [ "$(g_accel)" = kvm ] &&
 			! grep -q VNR-GUEST-READY "$G_LOG" 2>/dev/null; then
