@@ -352,6 +352,12 @@ g_run() {
 	[ "${rc:-1}" = 0 ]
 }
 
+# g_virtio_features: the guest's negotiated virtio-net feature string (one
+# 0/1 character per bit, bit 0 first), read in the guest over g_run.
+g_virtio_features() {
+	g_run "for d in /sys/bus/virtio/devices/*; do [ \"\$(cat \$d/device)\" = 0x0001 ] && cat \$d/features; done"
+}
+
 # g_ping ARGS...: runs ping against the guest; prints
 # "transmitted received loss_pct time_ms min avg max mdev" (rtt in ms).
 g_ping() {

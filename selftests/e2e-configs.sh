@@ -304,7 +304,7 @@ iommu_guest() {
 	if G_IOMMU=1 boot "$label" "$path"; then
 		# Bit 33 of the guest's virtio-net (device id 1) features, and the
 		# IOMMU groups the guest made.
-		bit=$(g_run "for d in /sys/bus/virtio/devices/*; do [ \"\$(cat \$d/device)\" = 0x0001 ] && cat \$d/features; done" | cut -c34)
+		bit=$(g_virtio_features | cut -c34)
 		groups=$(g_run "ls /sys/kernel/iommu_groups | wc -l")
 		if [ "$bit" = 1 ] && [ "${groups:-0}" -gt 0 ]; then
 			vnr_pass "${label}_negotiates_access_platform" "feature bit 33=$bit, iommu groups: $groups"

@@ -117,18 +117,12 @@ fi
 # the guest's virtio features, ring=packed on both queues in fdinfo) and
 # carries the ping and the flood, with a loss within 2 points of the same
 # guest on C, which has no packed ring and so runs it on split rings.
-# virtio_features DEV_ID: the guest's negotiated feature string (one 0/1
-# character per bit, bit 0 first) of its virtio device of that id.
-virtio_features() {
-	g_run "for d in /sys/bus/virtio/devices/*; do [ \"\$(cat \$d/device)\" = $1 ] && cat \$d/features; done"
-}
 packed_loss=
 for drv in rs c; do
 	if [ "$drv" = c ] && [ ! -c /dev/vhost-net ]; then vnr_skip "packed_guest_on_c_runs_split" "no /dev/vhost-net"; continue; fi
 	g_start "$drv" packed=on
 	if ! g_wait >/dev/null; then vnr_fail "packed_guest_boots_on_$drv" "$(cat "$G_LOG.qemu" 2>/dev/null)"; g_stop; continue; fi
-	# virtio-net is device id 1.
-	bit=$(virtio_features 0x0001 | cut -c35)
+	bit=$(g_virtio_features | cut -c35)
 	rings=$(g_fdinfo | grep -c 'ring=packed')
 	if [ "$drv" = rs ]; then
 		if [ "$bit" = 1 ] && [ "$rings" = 2 ]; then vnr_pass "packed_guest_negotiates_packed_on_rs" "feature bit 34=$bit, packed rings: $rings"

@@ -256,8 +256,8 @@ form_case() {
 	g_tap_down
 }
 
-# unloads: whether vhost_net_rs unloads now (no reference left), then loads
-# it again with ARGS.
+# reload_rs [ARGS]: whether vhost_net_rs unloads now (no reference left),
+# then loads it again with ARGS.
 reload_rs() {
 	rmmod vhost_net_rs 2>/dev/null && insmod "$VNR_KO" "$@"
 }

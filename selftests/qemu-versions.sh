@@ -120,8 +120,7 @@ for sys in "${systems[@]}"; do
 		else
 			vnr_fail "${p}iperf3_both_ways_on_$drv" "host -> guest $to Mbit/s, guest -> host $from Mbit/s$moved"
 		fi
-		# virtio-net is device id 1.
-		f=$(g_run "for d in /sys/bus/virtio/devices/*; do [ \"\$(cat \$d/device)\" = 0x0001 ] && cat \$d/features; done")
+		f=$(g_virtio_features)
 		[ "$drv" = rs ] && features_rs=$f || features_c=$f
 		g_stop
 	done
@@ -148,7 +147,7 @@ for sys in "${systems[@]}"; do
 		[ "$drv" = c ] && [ ! -c /dev/vhost-net ] && continue
 		g_start "$drv" packed=on
 		if ! g_wait >/dev/null; then vnr_fail "${p}packed_guest_boots_on_$drv" "$(cat "$G_LOG.qemu" 2>/dev/null)"; g_stop; continue; fi
-		bit=$(g_run "for d in /sys/bus/virtio/devices/*; do [ \"\$(cat \$d/device)\" = 0x0001 ] && cat \$d/features; done" | cut -c35)
+		bit=$(g_virtio_features | cut -c35)
 		rings=$(g_fdinfo | grep -c 'ring=packed')
 		n0=$(( $(g_vq_packets 0) + $(g_vq_packets 1) ))
 		r=$(g_ping -f -c 2000 -W 2)
